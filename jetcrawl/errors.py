@@ -1,0 +1,55 @@
+"""Exceptions of the jetcrawl contract package.
+
+    JetcrawlError
+    ├── SettingsError          a setting is unknown or has a bad value
+    ├── TopologyError          the JetStream topology on the server disagrees with ours
+    │   └── ShardCountMismatch the server was set up with another shard count
+    ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
+    └── UrlError               a URL is rejected by the URL rules (carries the reason)
+"""
+
+from __future__ import annotations
+
+
+class JetcrawlError(Exception):
+    """Base of every error jetcrawl raises on purpose."""
+
+
+class SettingsError(JetcrawlError):
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"setting {name}: {problem}")
+        self.name = name
+        self.problem = problem
+
+
+class TopologyError(JetcrawlError):
+    """The streams, consumers or buckets on the server cannot be made to match ours."""
+
+
+class ShardCountMismatch(TopologyError):
+    def __init__(self, existing: int, wanted: int) -> None:
+        super().__init__(
+            f"the JetStream topology was created with {existing} shards but this service was "
+            f"started with {wanted}; the shard count is fixed at creation (start with "
+            f"--shards {existing}, or delete the CRAWL_* streams to start over)"
+        )
+        self.existing = existing
+        self.wanted = wanted
+
+
+class MessageError(JetcrawlError):
+    """A message is not valid; ``reason`` is a short machine-friendly code, ``detail`` prose."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class UrlError(JetcrawlError):
+    """A URL is rejected; ``reason`` is a short code such as ``unsupported_scheme``."""
+
+    def __init__(self, reason: str, url: str) -> None:
+        super().__init__(f"{reason}: {url[:200]!r}")
+        self.reason = reason
+        self.url = url

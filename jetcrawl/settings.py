@@ -1,0 +1,174 @@
+"""One frozen settings object, built once at the entry point and passed down.
+
+Every field can be set by a ``JETCRAWL_<FIELD>`` environment variable (``JETCRAWL_ACK_WAIT_S=5``) or by a
+CLI flag; flags win over the environment, the environment over the defaults below. An unknown
+``JETCRAWL_*`` variable is an error, so a misspelt setting never goes unnoticed. Secrets are masked in
+``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, get_args, get_origin, get_type_hints
+
+from jetcrawl.errors import SettingsError
+
+ENV_PREFIX = "JETCRAWL_"
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
+DEFAULT_SHARDS = 64
+DEFAULT_ACK_WAIT_S = 30.0
+DEFAULT_TASK_MAX_DELIVER = 8
+DEFAULT_DUPLICATE_WINDOW_S = 600.0
+DEFAULT_LEASE_TTL_S = 10.0
+DEFAULT_ETCD_TIMEOUT_S = 5.0
+DEFAULT_USER_AGENT_TOKEN = "jetcrawl"
+DEFAULT_TRACKING_PARAMS = (
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
+    "utm_id",
+    "fbclid",
+    "gclid",
+    "dclid",
+    "msclkid",
+    "mc_cid",
+    "mc_eid",
+    "_ga",
+    "yclid",
+)
+SCOPES = ("host", "domain", "any")
+
+
+class Secret(str):
+    """A string that does not show itself in ``repr`` or logs."""
+
+    def __repr__(self) -> str:
+        return "'***'" if self else "''"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- where the services are
+    nats_url: str = DEFAULT_NATS_URL
+    nats_user: str = ""
+    nats_password: Secret = Secret("")
+    etcd_url: str = DEFAULT_ETCD_URL
+    cluster: str = "default"
+
+    # --- topology (fixed when the streams are created)
+    shards: int = DEFAULT_SHARDS
+    replicas: int = 1
+    ack_wait_s: float = DEFAULT_ACK_WAIT_S
+    task_max_deliver: int = DEFAULT_TASK_MAX_DELIVER
+    frontier_max_deliver: int = 20
+    max_ack_pending: int = 1024
+    duplicate_window_s: float = DEFAULT_DUPLICATE_WINDOW_S
+
+    # --- client behaviour
+    nats_ping_interval_s: float = 5.0
+    nats_max_outstanding_pings: int = 3
+    nats_connect_timeout_s: float = 5.0
+    etcd_timeout_s: float = DEFAULT_ETCD_TIMEOUT_S
+
+    # --- frontier rules (defaults for seeds that do not say otherwise)
+    default_scope: str = "host"
+    default_max_depth: int = 16
+    default_job: str = "default"
+    max_url_length: int = 2048
+    tracking_params: tuple[str, ...] = DEFAULT_TRACKING_PARAMS
+    max_pages: int = 0  # 0: no limit
+
+    # --- dispatcher
+    dispatch_batch: int = 256
+    dedupe_cache_size: int = 200_000
+    dead_original_max_bytes: int = 4096
+
+    # --- worker and registry
+    worker_id: str = ""
+    concurrency: int = 64
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    keepalive_s: float = 0.0  # 0: a third of lease_ttl_s
+    drain_deadline_s: float = 20.0
+    user_agent: str = f"{DEFAULT_USER_AGENT_TOKEN}/0.1 (+https://github.com/jetcrawl/jetcrawl)"
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 20.0
+    total_timeout_s: float = 60.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 10
+    allow_nets: tuple[str, ...] = ()
+
+    # --- observability
+    metrics_port: int = 0  # 0: no HTTP endpoint
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise SettingsError("shards", f"must be >= 1, got {self.shards}")
+        if self.default_scope not in SCOPES:
+            raise SettingsError("default_scope", f"must be one of {SCOPES}, got {self.default_scope!r}")
+        if self.concurrency < 1:
+            raise SettingsError("concurrency", f"must be >= 1, got {self.concurrency}")
+        if self.lease_ttl_s < 2:
+            raise SettingsError("lease_ttl_s", f"must be >= 2 s (etcd's minimum), got {self.lease_ttl_s}")
+        for name in ("ack_wait_s", "etcd_timeout_s", "nats_ping_interval_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(name, "must be > 0")
+        if not self.cluster or "/" in self.cluster:
+            raise SettingsError("cluster", f"must be a non-empty name without '/', got {self.cluster!r}")
+
+    @property
+    def keepalive_interval_s(self) -> float:
+        return self.keepalive_s if self.keepalive_s > 0 else self.lease_ttl_s / 3
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Settings:
+        """Defaults, then ``JETCRAWL_*`` variables from ``env``, then ``overrides`` (flags)."""
+        env = os.environ if env is None else env
+        hints = get_type_hints(cls)
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in env.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in names:
+                raise SettingsError(key, "unknown setting (misspelt?)")
+            values[name] = _parse(name, hints[name], raw)
+        for name, value in overrides.items():
+            if name not in names:
+                raise SettingsError(name, "unknown setting")
+            if value is not None:
+                values[name] = value
+        if "nats_password" in values:
+            values["nats_password"] = Secret(values["nats_password"])
+        return cls(**values)
+
+
+def _parse(name: str, hint: Any, raw: str) -> Any:
+    try:
+        if hint is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if get_origin(hint) is tuple and get_args(hint)[0] is str:
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return hint(raw) if hint in (str, Secret) else raw
+    except ValueError:
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()}", f"bad value {raw!r}") from None
