@@ -1,11 +1,11 @@
 """Exceptions of the jetcrawl contract package.
 
-    JetcrawlError
-    ├── SettingsError          a setting is unknown or has a bad value
-    ├── TopologyError          the JetStream topology on the server disagrees with ours
-    │   └── ShardCountMismatch the server was set up with another shard count
-    ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
-    └── UrlError               a URL is rejected by the URL rules (carries the reason)
+JetcrawlError
+├── SettingsError          a setting is unknown or has a bad value
+├── TopologyError          the JetStream topology on the server disagrees with ours
+│   └── ShardCountMismatch the server was set up with another shard count
+├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
+└── UrlError               a URL is rejected by the URL rules (carries the reason)
 """
 
 from __future__ import annotations

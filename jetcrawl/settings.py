@@ -1,9 +1,9 @@
 """One frozen settings object, built once at the entry point and passed down.
 
-Every field can be set by a ``JETCRAWL_<FIELD>`` environment variable (``JETCRAWL_ACK_WAIT_S=5``) or by a
-CLI flag; flags win over the environment, the environment over the defaults below. An unknown
-``JETCRAWL_*`` variable is an error, so a misspelt setting never goes unnoticed. Secrets are masked in
-``repr``.
+Every field can be set by a ``JETCRAWL_<FIELD>`` environment variable (``JETCRAWL_ACK_WAIT_S=5``)
+or by a CLI flag; flags win over the environment, the environment over the defaults below. An
+unknown ``JETCRAWL_*`` variable is an error, so a misspelt setting never goes unnoticed. Secrets
+are masked in ``repr``.
 """
 
 from __future__ import annotations
@@ -53,12 +53,15 @@ class Secret(str):
         return "'***'" if self else "''"
 
 
+NO_SECRET = Secret("")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     # --- where the services are
     nats_url: str = DEFAULT_NATS_URL
     nats_user: str = ""
-    nats_password: Secret = Secret("")
+    nats_password: Secret = NO_SECRET
     etcd_url: str = DEFAULT_ETCD_URL
     cluster: str = "default"
 
@@ -111,16 +114,22 @@ class Settings:
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")
         if self.default_scope not in SCOPES:
-            raise SettingsError("default_scope", f"must be one of {SCOPES}, got {self.default_scope!r}")
+            raise SettingsError(
+                "default_scope", f"must be one of {SCOPES}, got {self.default_scope!r}"
+            )
         if self.concurrency < 1:
             raise SettingsError("concurrency", f"must be >= 1, got {self.concurrency}")
         if self.lease_ttl_s < 2:
-            raise SettingsError("lease_ttl_s", f"must be >= 2 s (etcd's minimum), got {self.lease_ttl_s}")
+            raise SettingsError(
+                "lease_ttl_s", f"must be >= 2 s (etcd's minimum), got {self.lease_ttl_s}"
+            )
         for name in ("ack_wait_s", "etcd_timeout_s", "nats_ping_interval_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(name, "must be > 0")
         if not self.cluster or "/" in self.cluster:
-            raise SettingsError("cluster", f"must be a non-empty name without '/', got {self.cluster!r}")
+            raise SettingsError(
+                "cluster", f"must be a non-empty name without '/', got {self.cluster!r}"
+            )
 
     @property
     def keepalive_interval_s(self) -> float:
@@ -130,9 +139,7 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, **overrides: Any
-    ) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults, then ``JETCRAWL_*`` variables from ``env``, then ``overrides`` (flags)."""
         env = os.environ if env is None else env
         hints = get_type_hints(cls)

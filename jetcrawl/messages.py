@@ -1,0 +1,347 @@
+"""Message shapes: the wire (JSON via orjson, with ``"v"``) and frozen dataclasses in code.
+
+Seeds are the one exception to "internal JSON": they are whatever ``nats pub crawl.seeds ...``
+sends — one URL, URLs one per line, a JSON object ``{"url", "max_depth", "scope", "job"}`` or a
+JSON list of objects (or URL strings). :func:`decode_seeds` splits a body into valid seeds and
+per-item rejects, so one bad line never costs the good ones.
+
+Internal messages are strict about types and about the major version, lenient about unknown fields.
+A decoding failure raises :class:`~jetcrawl.errors.MessageError` with a short ``reason``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any, Self
+
+import orjson
+
+from jetcrawl.errors import MessageError
+from jetcrawl.settings import SCOPES
+
+WIRE_VERSION = 1
+JOB_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job"})
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise MessageError("invalid_json", str(e)) from None
+
+
+def _object(data: bytes) -> dict[str, Any]:
+    obj = _loads(data)
+    if not isinstance(obj, dict):
+        raise MessageError("wrong_type", f"expected a JSON object, got {type(obj).__name__}")
+    _check_version(obj)
+    return obj
+
+
+def _check_version(obj: dict[str, Any], required: bool = True) -> None:
+    v = obj.get("v")
+    if v is None and not required:
+        return
+    if type(v) is not int:
+        raise MessageError("missing_version" if v is None else "wrong_type", f"v={v!r}")
+    if v != WIRE_VERSION:
+        raise MessageError(
+            "unknown_version", f"major version {v} (this build speaks {WIRE_VERSION})"
+        )
+
+
+def _field(
+    obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
+) -> Any:
+    if name not in obj or obj[name] is None:
+        if optional:
+            return None
+        raise MessageError("missing_field", name)
+    value = obj[name]
+    # bool is an int subclass; a depth of `true` is a wrong type.
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise MessageError("wrong_type", f"{name}={value!r}")
+    return value
+
+
+def _depth(obj: dict[str, Any], name: str, optional: bool = False) -> int | None:
+    value = _field(obj, name, int, optional)
+    if value is not None and value < 0:
+        raise MessageError("wrong_type", f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _scope(obj: dict[str, Any], optional: bool = False) -> str | None:
+    scope = _field(obj, "scope", str, optional)
+    if scope is not None and scope not in SCOPES:
+        raise MessageError("bad_scope", f"scope must be one of {SCOPES}, got {scope!r}")
+    return scope
+
+
+def _job(obj: dict[str, Any], optional: bool = False) -> str | None:
+    job = _field(obj, "job", str, optional)
+    if job is not None and not JOB_RE.match(job):
+        raise MessageError("bad_job", f"job must match {JOB_RE.pattern}, got {job[:80]!r}")
+    return job
+
+
+# ---------------------------------------------------------------- seeds
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """One seed as the user sent it; the URL is not canonicalized yet."""
+
+    url: str
+    max_depth: int | None = None
+    scope: str | None = None
+    job: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeedReject:
+    reason: str
+    detail: str
+    fragment: str  # the offending line or element, for the dead letter
+
+
+def decode_seeds(body: bytes) -> list[Seed | SeedReject]:
+    """Split a ``crawl.seeds`` body into seeds and rejects, in order. Never raises."""
+    if b"\x00" in body:
+        return [SeedReject("binary", "body contains NUL bytes", "")]
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return [SeedReject("invalid_utf8", str(e), "")]
+    stripped = text.strip()
+    if not stripped:
+        return [SeedReject("empty", "body holds no URL", "")]
+    if stripped[0] in "{[":
+        try:
+            doc = orjson.loads(stripped)
+        except orjson.JSONDecodeError as e:
+            return [SeedReject("invalid_json", str(e), stripped[:200])]
+        items = doc if isinstance(doc, list) else [doc]
+        if not items:
+            return [SeedReject("empty", "empty JSON list", "")]
+        return [_seed_from_json(item) for item in items]
+    out: list[Seed | SeedReject] = []
+    for line in stripped.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if any(ord(c) < 0x20 or c == "\x7f" for c in line):
+            out.append(SeedReject("binary", "control characters in line", line[:200]))
+        elif any(c.isspace() for c in line):
+            out.append(SeedReject("invalid_url", "whitespace inside a URL line", line[:200]))
+        else:
+            out.append(Seed(url=line))
+    return out or [SeedReject("empty", "body holds only comments", "")]
+
+
+def _seed_from_json(item: Any) -> Seed | SeedReject:
+    fragment = orjson.dumps(item)[:200].decode("utf-8", "replace")
+    if isinstance(item, str):
+        return Seed(url=item.strip())
+    if not isinstance(item, dict):
+        return SeedReject(
+            "wrong_type",
+            f"a seed is a URL string or an object, got {type(item).__name__}",
+            fragment,
+        )
+    try:
+        _check_version(item, required=False)
+        unknown = set(item) - SEED_FIELDS
+        if unknown:
+            raise MessageError("unknown_field", f"unknown seed fields {sorted(unknown)}")
+        return Seed(
+            url=_field(item, "url", str).strip(),
+            max_depth=_depth(item, "max_depth", optional=True),
+            scope=_scope(item, optional=True),
+            job=_job(item, optional=True),
+        )
+    except MessageError as e:
+        return SeedReject(e.reason, e.detail, fragment)
+
+
+# ---------------------------------------------------------------- internal messages
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """What a URL inherits from the seed that led to it."""
+
+    job: str
+    scope: str
+    root: str  # the scope's anchor: the seed's host, its registered domain, or "" for "any"
+    max_depth: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "scope": self.scope,
+            "root": self.root,
+            "max_depth": self.max_depth,
+        }
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> Self:
+        root = _field(obj, "root", str)
+        return cls(
+            job=_job(obj) or "",
+            scope=_scope(obj) or "",
+            root=root,
+            max_depth=_depth(obj, "max_depth") or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One admitted URL on ``crawl.tasks.<shard>``."""
+
+    url: str
+    fp: str
+    depth: int
+    lineage: Lineage
+    parent: str | None = None
+
+    def to_wire(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": WIRE_VERSION,
+                "url": self.url,
+                "fp": self.fp,
+                "depth": self.depth,
+                "parent": self.parent,
+            }
+            | self.lineage.to_wire()
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        return cls(
+            url=_field(obj, "url", str),
+            fp=_field(obj, "fp", str),
+            depth=_depth(obj, "depth") or 0,
+            lineage=Lineage.from_obj(obj),
+            parent=_field(obj, "parent", str, optional=True),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """The outlinks of one fetched page, on ``crawl.discovered`` (canonical, scoped, unique)."""
+
+    parent: str
+    parent_fp: str
+    depth: int  # the depth of the links, i.e. the parent's depth + 1
+    lineage: Lineage
+    links: tuple[str, ...]
+
+    def to_wire(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": WIRE_VERSION,
+                "parent": self.parent,
+                "parent_fp": self.parent_fp,
+                "depth": self.depth,
+                "links": list(self.links),
+            }
+            | self.lineage.to_wire()
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        links = _field(obj, "links", list)
+        if not all(isinstance(link, str) for link in links):
+            raise MessageError("wrong_type", "links must be strings")
+        return cls(
+            parent=_field(obj, "parent", str),
+            parent_fp=_field(obj, "parent_fp", str),
+            depth=_depth(obj, "depth") or 0,
+            lineage=Lineage.from_obj(obj),
+            links=tuple(links),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record on ``crawl.dead.<stage>``: what was rejected, why, and (bounded) what it was."""
+
+    stage: str
+    reason: str
+    detail: str
+    subject: str
+    received_at: float
+    original: bytes
+    original_size: int
+    stream_seq: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        stage: str,
+        reason: str,
+        detail: str,
+        subject: str,
+        received_at: float,
+        original: bytes,
+        max_bytes: int,
+        stream_seq: int | None = None,
+    ) -> Self:
+        return cls(
+            stage,
+            reason,
+            detail,
+            subject,
+            received_at,
+            original[:max_bytes],
+            len(original),
+            stream_seq,
+        )
+
+    def to_wire(self) -> bytes:
+        try:
+            original: dict[str, Any] = {"original": self.original.decode("utf-8")}
+        except UnicodeDecodeError:
+            original = {"original_b64": base64.b64encode(self.original).decode("ascii")}
+        return orjson.dumps(
+            {
+                "v": WIRE_VERSION,
+                "stage": self.stage,
+                "reason": self.reason,
+                "detail": self.detail,
+                "subject": self.subject,
+                "received_at": self.received_at,
+                "original_size": self.original_size,
+                "truncated": self.original_size > len(self.original),
+                "stream_seq": self.stream_seq,
+            }
+            | original
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        if "original_b64" in obj:
+            original = base64.b64decode(_field(obj, "original_b64", str))
+        else:
+            original = _field(obj, "original", str).encode("utf-8")
+        return cls(
+            stage=_field(obj, "stage", str),
+            reason=_field(obj, "reason", str),
+            detail=_field(obj, "detail", str),
+            subject=_field(obj, "subject", str),
+            received_at=float(_field(obj, "received_at", (int, float))),
+            original=original,
+            original_size=_field(obj, "original_size", int),
+            stream_seq=_field(obj, "stream_seq", int, optional=True),
+        )

@@ -1,0 +1,233 @@
+"""The JetStream topology as code: subjects, streams, consumers and the dedupe bucket.
+
+Every service calls :func:`ensure` at start; it creates what is missing and updates what drifted,
+and refuses to run against a topology made with another shard count (the shard count is recorded in
+the ``CRAWL_TASKS`` stream's metadata). :func:`as_cli_json` renders the same definitions as the JSON
+that ``nats stream add --config`` and ``nats consumer add --config`` accept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError, NotFoundError
+from nats.js.kv import KeyValue
+
+from jetcrawl import PROTOCOL_VERSION
+from jetcrawl.errors import ShardCountMismatch, TopologyError
+from jetcrawl.settings import Settings
+
+# --- subjects
+SEEDS = "crawl.seeds"
+DISCOVERED = "crawl.discovered"
+TASKS_PREFIX = "crawl.tasks."
+RESULTS_PREFIX = "crawl.results."
+DEAD_PREFIX = "crawl.dead."
+
+# --- streams, consumers, buckets
+FRONTIER_STREAM = "CRAWL_FRONTIER"
+TASKS_STREAM = "CRAWL_TASKS"
+RESULTS_STREAM = "CRAWL_RESULTS"
+DEAD_STREAM = "CRAWL_DEAD"
+DISPATCH_CONSUMER = "dispatch"
+SEEN_BUCKET = "crawl_seen"
+SEEN_STREAM = f"KV_{SEEN_BUCKET}"
+SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
+
+SHARDS_METADATA_KEY = "jetcrawl_shards"
+PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
+
+_API_STREAM_NAME_IN_USE = 10058
+
+
+def task_subject(shard: int) -> str:
+    return f"{TASKS_PREFIX}{shard}"
+
+
+def result_subject(shard: int) -> str:
+    return f"{RESULTS_PREFIX}{shard}"
+
+
+def dead_subject(stage: str) -> str:
+    return f"{DEAD_PREFIX}{stage}"
+
+
+def shard_consumer(shard: int) -> str:
+    return f"shard-{shard}"
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Every stream and consumer definition for one shard count and set of timings."""
+
+    streams: tuple[StreamConfig, ...]
+    consumers: tuple[tuple[str, ConsumerConfig], ...]  # (stream name, config)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Topology:
+        storage = StorageType.FILE
+        replicas = settings.replicas
+        streams = (
+            StreamConfig(
+                name=FRONTIER_STREAM,
+                description="seeds and discovered links waiting for the dispatcher",
+                subjects=[SEEDS, DISCOVERED],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=storage,
+                num_replicas=replicas,
+                duplicate_window=settings.duplicate_window_s,
+                discard=DiscardPolicy.OLD,
+            ),
+            StreamConfig(
+                name=TASKS_STREAM,
+                description="admitted URLs, partitioned by host onto crawl.tasks.<shard>",
+                subjects=[f"{TASKS_PREFIX}*"],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=storage,
+                num_replicas=replicas,
+                duplicate_window=settings.duplicate_window_s,
+                metadata={
+                    SHARDS_METADATA_KEY: str(settings.shards),
+                    PROTOCOL_METADATA_KEY: str(PROTOCOL_VERSION),
+                },
+            ),
+            StreamConfig(
+                name=RESULTS_STREAM,
+                description="one result record per crawled task",
+                subjects=[f"{RESULTS_PREFIX}*"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                duplicate_window=settings.duplicate_window_s,
+            ),
+            StreamConfig(
+                name=DEAD_STREAM,
+                description="dead letters: rejected input and exhausted retries, with reasons",
+                subjects=[f"{DEAD_PREFIX}>"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                duplicate_window=settings.duplicate_window_s,
+            ),
+            # The dedupe bucket, declared as the stream nats-py's create_key_value would make.
+            StreamConfig(
+                name=SEEN_STREAM,
+                description="KV bucket crawl_seen: URL fingerprint -> admitting frontier sequence",
+                subjects=[f"{SEEN_SUBJECT_PREFIX}>"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                allow_direct=True,
+                allow_rollup_hdrs=True,
+                deny_delete=True,
+                discard=DiscardPolicy.NEW,
+                duplicate_window=120.0,
+                max_msgs_per_subject=1,
+                max_consumers=-1,
+                max_msgs=-1,
+            ),
+        )
+        pull = {
+            "ack_policy": AckPolicy.EXPLICIT,
+            "deliver_policy": DeliverPolicy.ALL,
+            "ack_wait": settings.ack_wait_s,
+            "max_ack_pending": settings.max_ack_pending,
+        }
+        consumers = [
+            (
+                FRONTIER_STREAM,
+                ConsumerConfig(
+                    durable_name=DISPATCH_CONSUMER,
+                    description="the dispatchers' shared intake",
+                    max_deliver=settings.frontier_max_deliver,
+                    **pull,  # type: ignore[arg-type]
+                ),
+            )
+        ]
+        consumers += [
+            (
+                TASKS_STREAM,
+                ConsumerConfig(
+                    durable_name=shard_consumer(shard),
+                    description=f"tasks of shard {shard}",
+                    filter_subject=task_subject(shard),
+                    max_deliver=settings.task_max_deliver,
+                    **pull,  # type: ignore[arg-type]
+                ),
+            )
+            for shard in range(settings.shards)
+        ]
+        return cls(streams=streams, consumers=tuple(consumers))
+
+
+async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
+    """Create or update the topology; return the dedupe bucket. Raises :class:`TopologyError`."""
+    topology = Topology.from_settings(settings)
+    await check_shard_count(js, settings.shards)
+    for stream in topology.streams:
+        await _ensure_stream(js, stream)
+    for stream_name, consumer in topology.consumers:
+        try:
+            await js.add_consumer(stream_name, consumer)
+        except APIError as e:
+            raise TopologyError(
+                f"cannot create or update consumer {consumer.durable_name} on {stream_name}: {e}"
+            ) from e
+    return await js.key_value(SEEN_BUCKET)
+
+
+async def check_shard_count(js: JetStreamContext, shards: int) -> None:
+    try:
+        info = await js.stream_info(TASKS_STREAM)
+    except NotFoundError:
+        return
+    recorded = (info.config.metadata or {}).get(SHARDS_METADATA_KEY)
+    if recorded is None:
+        raise TopologyError(
+            f"stream {TASKS_STREAM} exists but was not created by jetcrawl "
+            "(no shard count recorded)"
+        )
+    if int(recorded) != shards:
+        raise ShardCountMismatch(existing=int(recorded), wanted=shards)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+        return
+    except APIError as e:
+        if e.err_code != _API_STREAM_NAME_IN_USE:
+            raise TopologyError(f"cannot create stream {config.name}: {e}") from e
+    try:
+        await js.update_stream(config)
+    except APIError as e:
+        raise TopologyError(
+            f"stream {config.name} exists with a config we cannot update: {e}"
+        ) from e
+
+
+def as_cli_json(settings: Settings) -> dict[str, Any]:
+    """The definitions as the ``nats`` CLI's ``--config`` files take them (durations in ns)."""
+    topology = Topology.from_settings(settings)
+    return {
+        "streams": {s.name: _clean(s.as_dict()) for s in topology.streams},
+        "consumers": {
+            f"{stream}/{c.durable_name}": {"stream": stream, "config": _clean(c.as_dict())}
+            for stream, c in topology.consumers
+        },
+    }
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
