@@ -2,23 +2,26 @@
 
 ``connect`` sets the client up for long-lived services: reconnect forever, a short ping
 interval so a dead server is noticed in seconds (nats-py's default is two minutes), and
-callbacks that log instead of printing. ``Outbox`` pipelines publishes (``publish_async``) and
-waits for all their acks at once — about ten times the throughput of awaiting each publish —
-with a deadline, because nats-py's publish futures have none of their own.
+callbacks that log instead of printing. ``Outbox`` pipelines publishes and waits for all
+their acks at once — about ten times the throughput of awaiting each publish — under a
+deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import nats
+import orjson
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
-from nats.js import JetStreamContext
 from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError
 
 from jetcrawl.errors import JetcrawlError
 from jetcrawl.settings import Settings
@@ -80,37 +83,82 @@ class Outgoing:
 
 
 class Outbox:
-    """Pipelined JetStream publishes, awaited together."""
+    """Pipelined JetStream publishes, awaited together.
 
-    def __init__(self, js: JetStreamContext, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
-        self._js = js
+    Each publish is a core publish with its own reply subject under one wildcard subscription;
+    the replies (a ``PubAck`` or a JetStream API error) resolve per-message futures. nats-py's own
+    ``publish_async`` cannot be used: its reply handler raises API errors (such as the "wrong last
+    sequence" of a KV create) inside the callback instead of setting them on the future, so the
+    future never completes.
+    """
+
+    def __init__(self, nc: NATS, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+        self._nc = nc
         self._timeout_s = timeout_s
+        self._prefix = ""
+        self._tokens = itertools.count()
+        self._waiting: dict[str, asyncio.Future[PubAck]] = {}
+        self._subscribed = False
 
     async def send(self, messages: list[Outgoing]) -> list[PubAck | PublishFailed]:
         """Publish all, then wait for every ack; one entry per message, in order."""
-        futures: list[asyncio.Future[PubAck] | PublishFailed] = []
+        if not self._subscribed:
+            self._prefix = f"{self._nc.new_inbox()}."
+            await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply)
+            self._subscribed = True
+        loop = asyncio.get_running_loop()
+        tokens: list[str] = []
+        futures: list[asyncio.Future[PubAck]] = []
         for m in messages:
+            token = str(next(self._tokens))
+            future: asyncio.Future[PubAck] = loop.create_future()
+            self._waiting[token] = future
+            tokens.append(token)
+            futures.append(future)
             try:
-                futures.append(
-                    await self._js.publish_async(
-                        m.subject, m.payload, headers=dict(m.headers) if m.headers else None
-                    )
+                await self._nc.publish(
+                    m.subject,
+                    m.payload,
+                    reply=f"{self._prefix}{token}",
+                    headers=dict(m.headers) if m.headers else None,
                 )
             except (NatsError, OSError) as e:
-                futures.append(PublishFailed(m.subject, e))
-        pending = [f for f in futures if isinstance(f, asyncio.Future)]
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=self._timeout_s)
-            for late_future in late:
-                late_future.cancel()
+                self._waiting.pop(token, None)
+                future.set_exception(e)
+        if futures:
+            await asyncio.wait(futures, timeout=self._timeout_s)
         out: list[PubAck | PublishFailed] = []
-        for m, outcome in zip(messages, futures, strict=True):
-            if isinstance(outcome, PublishFailed):
-                out.append(outcome)
-            elif outcome.cancelled():
+        for m, token, future in zip(messages, tokens, futures, strict=True):
+            if not future.done():
+                self._waiting.pop(token, None)
+                future.cancel()
                 out.append(PublishFailed(m.subject, TimeoutError("no ack in time")))
-            elif (exc := outcome.exception()) is not None:
+            elif (exc := future.exception()) is not None:
                 out.append(PublishFailed(m.subject, exc))
             else:
-                out.append(outcome.result())
+                out.append(future.result())
         return out
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get("Status") == "503":
+            future.set_exception(NoStreamResponseError())
+            return
+        try:
+            resp = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as e:
+            future.set_exception(e)
+            return
+        error = resp.get("error")
+        if error is not None:
+            future.set_exception(
+                APIError(
+                    code=error.get("code"),
+                    err_code=error.get("err_code"),
+                    description=error.get("description"),
+                )
+            )
+        else:
+            future.set_result(PubAck.from_response(resp))

@@ -345,3 +345,107 @@ class DeadLetter:
             original_size=_field(obj, "original_size", int),
             stream_seq=_field(obj, "stream_seq", int, optional=True),
         )
+
+
+OUTCOMES = ("fetched", "robots_disallowed", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    kind: str  # "timeout", "connect", "too_large", ... (worker.errors.FetchError kinds)
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One terminal record per task on ``crawl.results.<shard>``, ``Nats-Msg-Id`` = fingerprint.
+
+    ``outcome`` is ``fetched`` (an HTTP response, whatever its status), ``robots_disallowed``
+    (never requested) or ``failed`` (no usable response; ``error`` says why). ``fence`` is the
+    revision of the shard's owner key in etcd when the worker crawled it.
+    """
+
+    url: str
+    fp: str
+    job: str
+    depth: int
+    parent: str | None
+    outcome: str
+    status: int | None
+    final_url: str | None
+    redirects: tuple[str, ...]
+    content_type: str | None
+    length: int
+    title: str | None
+    outlinks: int
+    fetched_at: float
+    elapsed_ms: float
+    shard: int
+    fence: int
+    worker: str
+    error: Failure | None = None
+
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "v": WIRE_VERSION,
+            "url": self.url,
+            "fp": self.fp,
+            "job": self.job,
+            "depth": self.depth,
+            "parent": self.parent,
+            "outcome": self.outcome,
+            "status": self.status,
+            "final_url": self.final_url,
+            "redirects": list(self.redirects),
+            "content_type": self.content_type,
+            "length": self.length,
+            "title": self.title,
+            "outlinks": self.outlinks,
+            "fetched_at": self.fetched_at,
+            "elapsed_ms": self.elapsed_ms,
+            "shard": self.shard,
+            "fence": self.fence,
+            "worker": self.worker,
+            "error": (
+                None
+                if self.error is None
+                else {"kind": self.error.kind, "message": self.error.message}
+            ),
+        }
+
+    def to_wire(self) -> bytes:
+        return orjson.dumps(self.to_obj())
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        outcome = _field(obj, "outcome", str)
+        if outcome not in OUTCOMES:
+            raise MessageError("wrong_type", f"outcome {outcome!r}")
+        error_obj = _field(obj, "error", dict, optional=True)
+        redirects = _field(obj, "redirects", list)
+        return cls(
+            url=_field(obj, "url", str),
+            fp=_field(obj, "fp", str),
+            job=_field(obj, "job", str),
+            depth=_depth(obj, "depth") or 0,
+            parent=_field(obj, "parent", str, optional=True),
+            outcome=outcome,
+            status=_field(obj, "status", int, optional=True),
+            final_url=_field(obj, "final_url", str, optional=True),
+            redirects=tuple(str(r) for r in redirects),
+            content_type=_field(obj, "content_type", str, optional=True),
+            length=_field(obj, "length", int),
+            title=_field(obj, "title", str, optional=True),
+            outlinks=_field(obj, "outlinks", int),
+            fetched_at=float(_field(obj, "fetched_at", (int, float))),
+            elapsed_ms=float(_field(obj, "elapsed_ms", (int, float))),
+            shard=_field(obj, "shard", int),
+            fence=_field(obj, "fence", int),
+            worker=_field(obj, "worker", str),
+            error=(
+                None
+                if error_obj is None
+                else Failure(_field(error_obj, "kind", str), _field(error_obj, "message", str))
+            ),
+        )

@@ -110,6 +110,9 @@ class Settings:
     # --- observability
     metrics_port: int = 0  # 0: no HTTP endpoint
 
+    # --- fault injection for the fault-tolerance tests ("" in production)
+    fault: str = ""
+
     def __post_init__(self) -> None:
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")
@@ -137,6 +140,16 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+    def to_env(self) -> dict[str, str]:
+        """Every setting as the ``JETCRAWL_*`` variables that ``from_env`` reads back."""
+        env = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = ",".join(value)
+            env[f"{ENV_PREFIX}{f.name.upper()}"] = str(value)
+        return env
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -44,6 +44,8 @@ DISPATCH_CONSUMER = "dispatch"
 SEEN_BUCKET = "crawl_seen"
 SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
+JOBS_BUCKET = "crawl_jobs"
+JOBS_STREAM = f"KV_{JOBS_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
@@ -137,6 +139,22 @@ class Topology:
                 max_consumers=-1,
                 max_msgs=-1,
             ),
+            StreamConfig(
+                name=JOBS_STREAM,
+                description="KV bucket crawl_jobs: per-job admission counters (max_pages)",
+                subjects=[f"$KV.{JOBS_BUCKET}.>"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                allow_direct=True,
+                allow_rollup_hdrs=True,
+                deny_delete=True,
+                discard=DiscardPolicy.NEW,
+                duplicate_window=120.0,
+                max_msgs_per_subject=1,
+                max_consumers=-1,
+                max_msgs=-1,
+            ),
         )
         pull = {
             "ack_policy": AckPolicy.EXPLICIT,
@@ -172,7 +190,7 @@ class Topology:
 
 
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """Create or update the topology; return the dedupe bucket. Raises :class:`TopologyError`."""
+    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`."""
     topology = Topology.from_settings(settings)
     await check_shard_count(js, settings.shards)
     for stream in topology.streams:

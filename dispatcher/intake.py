@@ -1,0 +1,120 @@
+"""Read one frontier message into candidate tasks and rejections. Pure: no I/O.
+
+A seed becomes a depth-0 task with the seed's (or the default) job, scope and depth limit. A
+discovered-links message becomes tasks one level deeper that inherit the parent's lineage; links
+beyond the depth limit or outside the scope are filtered (counted, not dead-lettered: they are
+the crawl's rules, not bad input). Everything that cannot be read is a rejection with a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jetcrawl.errors import MessageError, UrlError
+from jetcrawl.messages import Discovered, Lineage, Seed, SeedReject, Task, decode_seeds
+from jetcrawl.settings import Settings
+from jetcrawl.topology import DISCOVERED, SEEDS
+from jetcrawl.urls import UrlRules, fingerprint, in_scope, scope_root
+
+SEED_STAGE = "seeds"
+DISCOVERED_STAGE = "discovered"
+FRONTIER_STAGE = "frontier"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    stage: str
+    reason: str
+    detail: str
+    original: bytes
+
+
+@dataclass(slots=True)
+class Reading:
+    """What one frontier message holds."""
+
+    tasks: list[Task] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    out_of_scope: int = 0
+    too_deep: int = 0
+    unreadable: bool = False  # nothing in it could be read: terminate it after dead-lettering
+
+
+class Intake:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._rules = UrlRules.from_settings(settings)
+
+    def read(self, subject: str, data: bytes) -> Reading:
+        if subject == SEEDS:
+            return self._read_seeds(data)
+        if subject == DISCOVERED:
+            return self._read_discovered(data)
+        reading = Reading(unreadable=True)
+        reading.rejections.append(
+            Rejection(FRONTIER_STAGE, "unknown_subject", f"subject {subject!r}", data)
+        )
+        return reading
+
+    def _read_seeds(self, data: bytes) -> Reading:
+        reading = Reading()
+        for item in decode_seeds(data):
+            if isinstance(item, SeedReject):
+                fragment = item.fragment.encode() if item.fragment else data
+                reading.rejections.append(Rejection(SEED_STAGE, item.reason, item.detail, fragment))
+                continue
+            try:
+                reading.tasks.append(self._seed_task(item))
+            except UrlError as e:
+                reading.rejections.append(
+                    Rejection(SEED_STAGE, e.reason, f"seed URL rejected: {e}", item.url.encode())
+                )
+        reading.unreadable = not reading.tasks
+        return reading
+
+    def _seed_task(self, seed: Seed) -> Task:
+        url = self._rules.canonicalize(seed.url)
+        scope = seed.scope or self._settings.default_scope
+        lineage = Lineage(
+            job=seed.job or self._settings.default_job,
+            scope=scope,
+            root=scope_root(url, scope),
+            max_depth=(
+                seed.max_depth if seed.max_depth is not None else self._settings.default_max_depth
+            ),
+        )
+        return Task(url=url, fp=fingerprint(url), depth=0, lineage=lineage, parent=None)
+
+    def _read_discovered(self, data: bytes) -> Reading:
+        reading = Reading()
+        try:
+            page = Discovered.from_wire(data)
+        except MessageError as e:
+            reading.unreadable = True
+            reading.rejections.append(Rejection(DISCOVERED_STAGE, e.reason, e.detail, data))
+            return reading
+        lineage = page.lineage
+        if page.depth > lineage.max_depth:
+            reading.too_deep = len(page.links)
+            return reading
+        for link in page.links:
+            try:
+                url = self._rules.canonicalize(link)
+            except UrlError as e:
+                reading.rejections.append(
+                    Rejection(DISCOVERED_STAGE, e.reason, f"link of {page.parent}", link.encode())
+                )
+                continue
+            if not in_scope(url, lineage.scope, lineage.root):
+                reading.out_of_scope += 1
+                continue
+            reading.tasks.append(
+                Task(
+                    url=url,
+                    fp=fingerprint(url),
+                    depth=page.depth,
+                    lineage=lineage,
+                    parent=page.parent,
+                )
+            )
+        return reading

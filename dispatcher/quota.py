@@ -1,0 +1,74 @@
+"""``max_pages`` across the whole mesh: a per-job admission counter in KV ``crawl_jobs``.
+
+Before creating seen marks, a dispatcher reserves as many admissions as it has candidates with a
+compare-and-set on ``admitted.<job>``; after the creates it gives back what it did not use. Every
+dispatcher goes through the same counter, so the number of tasks a job gets never exceeds the
+limit: the overshoot is zero. A dispatcher that crashes between reserving and giving back leaves
+the counter high, so a crash can only make the crawl stop short (by at most one batch), never
+run over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from dispatcher.seen import SeenSetUnavailable
+
+MAX_CAS_ATTEMPTS = 50
+
+
+class AdmissionQuota:
+    def __init__(self, kv: KeyValue, limit: int) -> None:
+        self._kv = kv
+        self._limit = limit
+
+    @property
+    def limited(self) -> bool:
+        return self._limit > 0
+
+    async def reserve(self, job: str, wanted: int) -> int:
+        """Take up to ``wanted`` admissions for ``job``; returns how many were granted."""
+        if not self.limited:
+            return wanted
+        return await self._change(job, lambda used: min(wanted, max(0, self._limit - used)))
+
+    async def give_back(self, job: str, unused: int) -> None:
+        if self.limited and unused > 0:
+            await self._change(job, lambda used: -min(unused, used))
+
+    async def used(self, job: str) -> int:
+        try:
+            entry = await self._kv.get(self._key(job))
+        except KeyNotFoundError:
+            return 0
+        return int(entry.value or b"0")
+
+    async def _change(self, job: str, delta_for: Callable[[int], int]) -> int:
+        key = self._key(job)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            try:
+                try:
+                    entry = await self._kv.get(key)
+                    used, revision = int(entry.value or b"0"), entry.revision or 0
+                except KeyNotFoundError:
+                    used, revision = 0, 0
+                delta: int = delta_for(used)
+                if delta == 0:
+                    return 0
+                if revision == 0:
+                    await self._kv.create(key, str(used + delta).encode())
+                else:
+                    await self._kv.update(key, str(used + delta).encode(), last=revision)
+                return abs(delta)
+            except KeyWrongLastSequenceError:
+                continue  # another dispatcher moved the counter; read it again
+            except (TimeoutError, APIError) as e:
+                raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
+        raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
+
+    @staticmethod
+    def _key(job: str) -> str:
+        return f"admitted.{job}"

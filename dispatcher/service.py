@@ -1,0 +1,269 @@
+"""The dispatcher: frontier messages in, sharded tasks out.
+
+One batch at a time: pull up to ``dispatch_batch`` messages from the shared ``dispatch`` consumer,
+read each (:mod:`dispatcher.intake`), mark new URLs seen (:mod:`dispatcher.seen`), publish their
+tasks with ``Nats-Msg-Id`` = fingerprint and every rejection as a dead letter — all pipelined — and
+ack a frontier message only once JetStream has acknowledged everything it produced. A message whose
+publishes failed is nak'ed and comes back.
+
+Crash recovery: a seen mark records the sequence of the frontier message that admitted it. When a
+message is redelivered, the tasks of marks that carry its sequence are published again; copies that
+did get through the first time are dropped by JetStream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from dispatcher.intake import Intake, Reading
+from dispatcher.quota import AdmissionQuota
+from dispatcher.seen import UNKNOWN_ORIGIN, SeenSet, SeenSetUnavailable
+from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.messages import DeadLetter, Task
+from jetcrawl.settings import Settings
+from jetcrawl.topology import (
+    DISPATCH_CONSUMER,
+    FRONTIER_STREAM,
+    JOBS_BUCKET,
+    dead_subject,
+    ensure,
+    task_subject,
+)
+from jetcrawl.urls import host_of, shard_of
+
+log = logging.getLogger(__name__)
+
+FETCH_WAIT_S = 0.5
+RETRY_DELAY_S = 1.0
+FAULT_AFTER_SEEN = "dispatcher.after_seen"
+
+
+@dataclass(slots=True)
+class DispatchStats:
+    messages: int = 0  # frontier messages finished (acked or terminated)
+    retried: int = 0  # frontier messages nak'ed for a retry
+    admitted: int = 0  # new URLs published as tasks
+    republished: int = 0  # tasks published again on redelivery of their origin message
+    duplicates: int = 0
+    out_of_scope: int = 0
+    too_deep: int = 0
+    rejected: int = 0  # dead letters written
+    over_limit: int = 0  # new URLs not admitted because their job reached max_pages
+
+
+class Dispatcher:
+    """Async context manager; ``run()`` pulls until ``stop()``."""
+
+    def __init__(self, settings: Settings) -> None:
+        # configuration
+        self._settings = settings
+        self._intake = Intake(settings)
+        # connections, set by start()
+        self._nc: NATS | None = None
+        self._js: JetStreamContext | None = None
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self._seen: SeenSet | None = None
+        self._quota: AdmissionQuota | None = None
+        self._outbox: Outbox | None = None
+        # lifecycle
+        self._stopping = asyncio.Event()
+        self._closed = False
+        # progress, for status and for tests that wait on a state
+        self.stats = DispatchStats()
+        self._progress = asyncio.Condition()
+
+    async def __aenter__(self) -> Dispatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        self._nc = await connect(self._settings, "jetcrawl-dispatcher")
+        self._js = self._nc.jetstream()
+        kv = await ensure(self._js, self._settings)
+        self._outbox = Outbox(self._nc)
+        self._seen = SeenSet(self._outbox, kv, self._settings.dedupe_cache_size)
+        self._quota = AdmissionQuota(
+            await self._js.key_value(JOBS_BUCKET), self._settings.max_pages
+        )
+        self._sub = await self._js.pull_subscribe_bind(
+            durable=DISPATCH_CONSUMER, stream=FRONTIER_STREAM
+        )
+
+    def stop(self) -> None:
+        """Stop taking new batches; the batch in hand is finished."""
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stop()
+        if self._nc is not None and not self._nc.is_closed:
+            await self._nc.close()
+
+    async def run(self) -> None:
+        assert self._sub is not None, "start() first"
+        while not self._stopping.is_set():
+            try:
+                msgs = await self._sub.fetch(self._settings.dispatch_batch, timeout=FETCH_WAIT_S)
+            except TimeoutError:
+                continue  # nothing to do (nats-py raises a TimeoutError subclass too)
+            except NatsError as e:
+                log.warning("dispatch fetch failed, retrying: %r", e)
+                await self._pause(RETRY_DELAY_S)
+                continue
+            await self._handle(msgs)
+
+    async def wait_until(self, predicate: Callable[[DispatchStats], bool]) -> None:
+        """Wait until ``predicate(stats)`` holds (callers bound it with ``asyncio.timeout``)."""
+        async with self._progress:
+            await self._progress.wait_for(lambda: predicate(self.stats))
+
+    # ------------------------------------------------------------------ one batch
+
+    async def _handle(self, msgs: list[Msg]) -> None:
+        assert self._seen is not None and self._outbox is not None
+        readings = [self._intake.read(m.subject, m.data) for m in msgs]
+        try:
+            tasks = await self._admit(msgs, readings)
+        except SeenSetUnavailable as e:
+            log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
+            await asyncio.gather(*(m.nak(delay=RETRY_DELAY_S) for m in msgs))
+            self.stats.retried += len(msgs)
+            await self._notify()
+            return
+        if self._settings.fault == FAULT_AFTER_SEEN:
+            log.error("fault injection: exiting after the seen marks, before the tasks")
+            os._exit(137)
+
+        outgoing: list[Outgoing] = []
+        owners: list[int] = []
+        for i, task in tasks:
+            shard = shard_of(host_of(task.url), self._settings.shards)
+            outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.fp}))
+            owners.append(i)
+        received_at = time.time()
+        for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
+            seq = msg.metadata.sequence.stream
+            for j, rej in enumerate(reading.rejections):
+                letter = DeadLetter.of(
+                    stage=rej.stage,
+                    reason=rej.reason,
+                    detail=rej.detail,
+                    subject=msg.subject,
+                    received_at=received_at,
+                    original=rej.original,
+                    max_bytes=self._settings.dead_original_max_bytes,
+                    stream_seq=seq,
+                )
+                msg_id = f"dead-{FRONTIER_STREAM}-{seq}-{j}"
+                outgoing.append(
+                    Outgoing(dead_subject(rej.stage), letter.to_wire(), {MSG_ID: msg_id})
+                )
+                owners.append(i)
+                if msg.metadata.num_delivered == 1:
+                    log.warning(
+                        "rejected %s input (seq %d): %s %s", rej.stage, seq, rej.reason, rej.detail
+                    )
+
+        acks = await self._outbox.send(outgoing)
+        failed = {owners[k] for k, ack in enumerate(acks) if isinstance(ack, PublishFailed)}
+        for k, ack in enumerate(acks):
+            if isinstance(ack, PublishFailed):
+                log.warning("publish failed, message %d will be retried: %s", owners[k], ack)
+        finishes = []
+        for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
+            if i in failed:
+                finishes.append(msg.nak(delay=RETRY_DELAY_S))
+                self.stats.retried += 1
+            else:
+                finishes.append(msg.term() if reading.unreadable else msg.ack())
+                self.stats.messages += 1
+                self.stats.rejected += len(reading.rejections)
+                self.stats.out_of_scope += reading.out_of_scope
+                self.stats.too_deep += reading.too_deep
+        await asyncio.gather(*finishes)
+        await self._notify()
+
+    async def _admit(self, msgs: list[Msg], readings: list[Reading]) -> list[tuple[int, Task]]:
+        """The tasks to publish, each with the index of the message that owns it."""
+        assert self._seen is not None and self._quota is not None
+        seen = self._seen
+        seqs = [m.metadata.sequence.stream for m in msgs]
+        pairs: list[tuple[int, Task]] = []
+        to_create: dict[str, int] = {}
+        by_job: dict[str, list[str]] = {}
+        for i, reading in enumerate(readings):
+            for task in reading.tasks:
+                pairs.append((i, task))
+                if task.fp not in to_create and seen.cached_origin(task.fp) is None:
+                    to_create[task.fp] = seqs[i]
+                    by_job.setdefault(task.lineage.job, []).append(task.fp)
+        if self._quota.limited:
+            granted_by_job = {}
+            for job, fps in by_job.items():
+                granted = await self._quota.reserve(job, len(fps))
+                granted_by_job[job] = granted
+                for fp in fps[granted:]:
+                    del to_create[fp]
+                    self.stats.over_limit += 1
+        created = await seen.create(list(to_create.items()))
+        created_by = {fp: to_create[fp] for fp, new in zip(to_create, created, strict=True) if new}
+        if self._quota.limited:
+            for job, fps in by_job.items():
+                used = sum(1 for fp in fps[: granted_by_job[job]] if fp in created_by)
+                await self._quota.give_back(job, granted_by_job[job] - used)
+
+        # On redelivery, a mark that carries this message's sequence may lack its task.
+        unknown = {
+            task.fp
+            for i, task in pairs
+            if msgs[i].metadata.num_delivered > 1
+            and task.fp not in created_by
+            and seen.cached_origin(task.fp) == UNKNOWN_ORIGIN
+        }
+        for fp in unknown:
+            await seen.origin(fp)
+
+        out: list[tuple[int, Task]] = []
+        published: set[str] = set()
+        for i, task in pairs:
+            if task.fp in published:
+                self.stats.duplicates += 1
+            elif created_by.get(task.fp) == seqs[i]:
+                out.append((i, task))
+                published.add(task.fp)
+                self.stats.admitted += 1
+            elif (
+                msgs[i].metadata.num_delivered > 1
+                and task.fp not in created_by
+                and seen.cached_origin(task.fp) == seqs[i]
+            ):
+                out.append((i, task))
+                published.add(task.fp)
+                self.stats.republished += 1
+            else:
+                self.stats.duplicates += 1
+        return out
+
+    async def _notify(self) -> None:
+        async with self._progress:
+            self._progress.notify_all()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)

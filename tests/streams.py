@@ -1,0 +1,55 @@
+"""Reading streams and buckets back in tests: every stored message, with its headers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import orjson
+from nats.js import JetStreamContext
+from nats.js.errors import NoKeysError, NotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+    def json(self) -> dict[str, object]:
+        return orjson.loads(self.data)  # type: ignore[no-any-return]
+
+
+async def stored(js: JetStreamContext, stream: str) -> list[Stored]:
+    """Every message the stream holds now, in sequence order."""
+    info = await js.stream_info(stream)
+    out: list[Stored] = []
+    if info.state.messages == 0:
+        return out
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            msg = await js.get_msg(stream, seq)
+        except NotFoundError:
+            continue  # deleted or acked out of a work queue
+        out.append(Stored(seq, msg.subject or "", msg.data or b"", dict(msg.headers or {})))
+    return out
+
+
+async def seen_keys(js: JetStreamContext) -> set[str]:
+    kv = await js.key_value("crawl_seen")
+    try:
+        return set(await kv.keys())
+    except NoKeysError:
+        return set()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:
+    """Wait for a server-side state that has no event of its own (stream or consumer counts).
+
+    Polls every 20 ms under a deadline; in-process states are awaited on their own events instead.
+    """
+    async with asyncio.timeout(within_s):
+        while not await check():
+            await asyncio.sleep(0.02)

@@ -1,0 +1,344 @@
+"""The dispatcher against a real nats-server: seeds and links in, tasks and dead letters out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from dispatcher import Dispatcher
+from jetcrawl.messages import Discovered, Lineage, Task
+from jetcrawl.settings import Settings
+from jetcrawl.topology import DEAD_STREAM, DISCOVERED, SEEDS, TASKS_STREAM, ensure
+from jetcrawl.urls import fingerprint, host_of, shard_of
+from tests.streams import eventually, seen_keys, stored
+
+SHARDS = 8
+
+
+def settings_for(url: str, **changes: object) -> Settings:
+    return Settings(nats_url=url, shards=SHARDS, ack_wait_s=2.0, **changes)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Dispatcher]:
+    async with Dispatcher(settings) as dispatcher, asyncio.TaskGroup() as tg:
+        tg.create_task(dispatcher.run())
+        try:
+            yield dispatcher
+        finally:
+            dispatcher.stop()
+
+
+async def finished(dispatcher: Dispatcher, messages: int) -> None:
+    async with asyncio.timeout(20):
+        await dispatcher.wait_until(lambda s: s.messages >= messages)
+
+
+async def tasks_by_url(js: JetStreamContext) -> dict[str, tuple[str, Task, dict[str, str]]]:
+    out = {}
+    for m in await stored(js, TASKS_STREAM):
+        task = Task.from_wire(m.data)
+        assert task.url not in out, f"two tasks for {task.url}"
+        out[task.url] = (m.subject, task, m.headers)
+    return out
+
+
+def expected_subject(url: str) -> str:
+    return f"crawl.tasks.{shard_of(host_of(url), SHARDS)}"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"https://Example.COM:443/a/../b#frag", ["https://example.com/b"]),
+        (
+            b"https://a.example/\nhttp://b.example/x?utm_source=feed&b=2&a=1\n",
+            ["https://a.example/", "http://b.example/x?a=1&b=2"],
+        ),
+        (
+            b'{"url": "https://a.example/", "max_depth": 0, "scope": "domain", "job": "j1"}',
+            ["https://a.example/"],
+        ),
+        (
+            b'[{"url": "https://a.example/"}, "https://b.example/", {"url": "https://c.example/"}]',
+            ["https://a.example/", "https://b.example/", "https://c.example/"],
+        ),
+    ],
+    ids=["one-url", "lines", "json-object", "json-list"],
+)
+async def test_each_seed_format_becomes_exactly_the_expected_tasks(
+    nats_server: object, nc: NATS, js: JetStreamContext, body: bytes, expected: list[str]
+) -> None:
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    async with running(settings) as dispatcher:
+        await nc.publish(SEEDS, body)  # raw bytes and no headers: what `nats pub` sends
+        await finished(dispatcher, 1)
+    tasks = await tasks_by_url(js)
+    assert sorted(tasks) == sorted(expected)
+    for url, (subject, task, headers) in tasks.items():
+        assert subject == expected_subject(url)
+        assert headers["Nats-Msg-Id"] == task.fp == fingerprint(url)
+        assert task.depth == 0 and task.parent is None
+    assert await seen_keys(js) == {fingerprint(u) for u in expected}
+    assert await stored(js, DEAD_STREAM) == []
+
+
+async def test_seed_options_become_the_tasks_lineage(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    async with running(settings) as dispatcher:
+        await nc.publish(
+            SEEDS,
+            b'{"url": "https://www.a.example.co.uk/", "scope": "domain", '
+            b'"max_depth": 3, "job": "news"}',
+        )
+        await nc.publish(SEEDS, b"https://b.example/")
+        await finished(dispatcher, 2)
+    tasks = await tasks_by_url(js)
+    assert tasks["https://www.a.example.co.uk/"][1].lineage == Lineage(
+        job="news", scope="domain", root="example.co.uk", max_depth=3
+    )
+    assert tasks["https://b.example/"][1].lineage == Lineage(
+        job="default", scope="host", root="b.example", max_depth=settings.default_max_depth
+    )
+
+
+BAD_INPUTS = [
+    (b"\x00\x01\x02\x03garbage", "binary"),
+    (b"\xff\xfe\xfd", "invalid_utf8"),
+    (b'{"url": "https://a.example/"', "invalid_json"),
+    (b'{"url": ["https://a.example/"]}', "wrong_type"),
+    (b"javascript:alert(1)", "unsupported_scheme"),
+    (b"mailto:someone@example.com", "unsupported_scheme"),
+    (b"file:///etc/passwd", "unsupported_scheme"),
+    (b"https://user:secret@a.example/", "userinfo"),
+    (b"https://a.example/" + b"x" * 5000, "too_long"),
+    (b'{"v": 9, "url": "https://a.example/"}', "unknown_version"),
+]
+
+
+async def test_every_bad_input_is_dead_lettered_and_the_consumer_keeps_going(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    async with running(settings) as dispatcher:
+        for body, _ in BAD_INPUTS:
+            await nc.publish(SEEDS, body)
+        # Bad and good items in one message: the good ones still go through.
+        await nc.publish(SEEDS, b"https://good.example/one\njavascript:void(0)\n")
+        bad_link_page = Discovered(
+            "https://good.example/",
+            "0" * 32,
+            1,
+            Lineage("default", "any", "", 5),
+            ("mailto:x@y.z", "https://good.example/two"),
+        )
+        await nc.publish(DISCOVERED, bad_link_page.to_wire())
+        await nc.publish(DISCOVERED, b'{"v": 7, "links": []}')
+        await nc.publish(DISCOVERED, b"not json")
+        await nc.publish(SEEDS, b"https://good.example/three")
+        await finished(dispatcher, len(BAD_INPUTS) + 5)
+
+    letters = [m.json() for m in await stored(js, DEAD_STREAM)]
+    reasons = Counter(str(letter["reason"]) for letter in letters)
+    expected = Counter(reason for _, reason in BAD_INPUTS)
+    expected.update(["unsupported_scheme", "unsupported_scheme", "unknown_version", "invalid_json"])
+    assert reasons == expected
+    for letter in letters:
+        assert {"stage", "reason", "subject", "received_at"} <= set(letter)
+        assert "original" in letter or "original_b64" in letter
+    assert len(orjson.dumps(letters)) < 64 * 1024, "originals are bounded"
+    assert sorted(await tasks_by_url(js)) == [
+        "https://good.example/one",
+        "https://good.example/three",
+        "https://good.example/two",
+    ]
+    info = await js.consumer_info("CRAWL_FRONTIER", "dispatch")
+    assert info.num_pending == 0 and info.num_ack_pending == 0
+
+
+async def test_discovered_links_inherit_lineage_and_are_scoped_and_depth_limited(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    lineage = Lineage("default", "host", "a.example", 2)
+    async with running(settings) as dispatcher:
+        await nc.publish(
+            DISCOVERED,
+            Discovered(
+                "https://a.example/",
+                "0" * 32,
+                1,
+                lineage,
+                ("https://a.example/x", "https://other.example/", "https://a.example/x#again"),
+            ).to_wire(),
+        )
+        await nc.publish(
+            DISCOVERED,
+            Discovered(
+                "https://a.example/deep", "1" * 32, 3, lineage, ("https://a.example/too-deep",)
+            ).to_wire(),
+        )
+        await finished(dispatcher, 2)
+        assert dispatcher.stats.out_of_scope == 1 and dispatcher.stats.too_deep == 1
+    tasks = await tasks_by_url(js)
+    assert list(tasks) == ["https://a.example/x"]
+    task = tasks["https://a.example/x"][1]
+    assert task.depth == 1 and task.parent == "https://a.example/" and task.lineage == lineage
+
+
+async def test_a_url_seen_before_is_not_admitted_again(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url, dedupe_cache_size=2)  # type: ignore[attr-defined]
+    urls = [f"https://a.example/{i}" for i in range(10)]
+    async with running(settings) as dispatcher:
+        await nc.publish(SEEDS, "\n".join(urls).encode())
+        await finished(dispatcher, 1)
+    # A fresh dispatcher (empty cache) still knows them: the seen set is in KV.
+    async with running(settings) as dispatcher:
+        await nc.publish(SEEDS, "\n".join([*urls, "https://a.example/new"]).encode())
+        await finished(dispatcher, 1)
+        assert dispatcher.stats.admitted == 1 and dispatcher.stats.duplicates == 10
+    assert len(await tasks_by_url(js)) == 11
+
+
+async def test_two_dispatchers_fed_the_same_seeds_admit_each_url_once(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url, dispatch_batch=2)  # type: ignore[attr-defined]
+    urls = [f"https://h{i % 7}.example/p{i}" for i in range(2000)]
+    bodies = ["\n".join(urls[i : i + 10]).encode() for i in range(0, len(urls), 10)]
+    async with running(settings) as one, running(settings) as two:
+        for body in bodies:  # every seed list twice, interleaved
+            await nc.publish(SEEDS, body)
+            await nc.publish(SEEDS, body)
+        await nc.flush()  # stored before we look at the consumer
+        await _wait_drained(js)
+        assert one.stats.messages > 0 and two.stats.messages > 0, "both took part"
+    tasks = await tasks_by_url(js)  # asserts one task per URL
+    assert sorted(tasks) == sorted(urls)
+    assert await seen_keys(js) == {fingerprint(u) for u in urls}
+
+
+async def test_shard_count_is_fixed_at_creation(nats_server: object, js: JetStreamContext) -> None:
+    from jetcrawl.errors import ShardCountMismatch
+
+    await ensure(js, settings_for(nats_server.url))  # type: ignore[attr-defined]
+    await ensure(js, settings_for(nats_server.url))  # type: ignore[attr-defined]  # idempotent
+    with pytest.raises(ShardCountMismatch) as e:
+        await ensure(js, Settings(nats_url=nats_server.url, shards=SHARDS * 2))  # type: ignore[attr-defined]
+    assert e.value.existing == SHARDS and "--shards 8" in str(e.value)
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jetcrawl",
+        "dispatcher",
+        "--nats",
+        nats_server.url,
+        "--shards",
+        "3",  # type: ignore[attr-defined]
+        stderr=subprocess.PIPE,
+    )
+    _, err = await cli.communicate()
+    assert cli.returncode == 2 and b"created with 8 shards" in err
+
+
+# ---------------------------------------------------------------- crashes
+
+
+def _spawn_dispatcher(url: str, **env: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jetcrawl",
+            "--log-level",
+            "WARNING",
+            "dispatcher",
+            "--nats",
+            url,
+            "--shards",
+            str(SHARDS),
+        ],
+        env={**os.environ, "JETCRAWL_ACK_WAIT_S": "1", **env},
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
+    async with asyncio.timeout(20):
+        return await asyncio.to_thread(proc.wait)
+
+
+async def _wait_drained(js: JetStreamContext) -> None:
+    async def drained() -> bool:
+        info = await js.consumer_info("CRAWL_FRONTIER", "dispatch")
+        return info.num_pending == 0 and info.num_ack_pending == 0
+
+    await eventually(drained)
+
+
+async def test_crash_between_seen_mark_and_task_loses_nothing(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    urls = [f"https://h{i % 5}.example/p{i}" for i in range(200)]
+    await ensure(js, settings_for(url))
+    await nc.publish(SEEDS, "\n".join(urls).encode())
+    await nc.flush()
+    crashing = _spawn_dispatcher(url, JETCRAWL_FAULT="dispatcher.after_seen")
+    assert await _wait_exit(crashing) == 137
+    assert await seen_keys(js) == {fingerprint(u) for u in urls}, "marks made, then the crash"
+    assert await stored(js, TASKS_STREAM) == []
+
+    restarted = _spawn_dispatcher(url)
+    try:
+        await _wait_drained(js)
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        assert await _wait_exit(restarted) == 0
+    assert sorted(await tasks_by_url(js)) == sorted(urls)
+
+
+async def test_kill_9_mid_batch_then_restart_every_admitted_url_has_one_task(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    await ensure(js, settings_for(url))
+    urls = [f"https://h{i % 11}.example/p{i}" for i in range(6000)]
+    for i in range(0, len(urls), 20):
+        await nc.publish(SEEDS, "\n".join(urls[i : i + 20]).encode())
+    await nc.flush()
+    proc = _spawn_dispatcher(url)
+
+    async def some_tasks_out() -> bool:
+        return (await js.stream_info(TASKS_STREAM)).state.messages >= 500
+
+    await eventually(some_tasks_out)
+    proc.send_signal(signal.SIGKILL)
+    await _wait_exit(proc)
+    before = (await js.stream_info(TASKS_STREAM)).state.messages
+    assert before < len(urls), "killed mid-crawl, not after"
+
+    restarted = _spawn_dispatcher(url)
+    try:
+        await _wait_drained(js)
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        assert await _wait_exit(restarted) == 0
+    tasks = await tasks_by_url(js)  # at most one task per URL
+    assert await seen_keys(js) == {fingerprint(u) for u in tasks}, "each admitted URL has a task"
+    assert sorted(tasks) == sorted(urls)

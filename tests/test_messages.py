@@ -1,0 +1,114 @@
+"""Seed decoding and the internal wire shapes."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from jetcrawl.errors import MessageError
+from jetcrawl.messages import (
+    DeadLetter,
+    Discovered,
+    Lineage,
+    Seed,
+    SeedReject,
+    Task,
+    decode_seeds,
+)
+
+LINEAGE = Lineage(job="default", scope="host", root="example.com", max_depth=3)
+
+
+def test_one_url() -> None:
+    assert decode_seeds(b"https://example.com/\n") == [Seed("https://example.com/")]
+
+
+def test_urls_one_per_line_with_blank_lines_and_comments() -> None:
+    body = b"https://a.example/\r\n\n# a comment\n  https://b.example/x  \n"
+    assert decode_seeds(body) == [Seed("https://a.example/"), Seed("https://b.example/x")]
+
+
+def test_json_object_with_options() -> None:
+    body = b'{"url": "https://a.example/", "max_depth": 2, "scope": "domain", "job": "news"}'
+    assert decode_seeds(body) == [Seed("https://a.example/", 2, "domain", "news")]
+
+
+def test_json_list_of_objects_and_strings() -> None:
+    body = b'[{"url": "https://a.example/"}, "https://b.example/"]'
+    assert decode_seeds(body) == [Seed("https://a.example/"), Seed("https://b.example/")]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"\x00\x01\x02garbage", "binary"),
+        (b"\xff\xfe not utf-8", "invalid_utf8"),
+        (b'{"url": ', "invalid_json"),
+        (b"   ", "empty"),
+        (b"[]", "empty"),
+        (b'{"url": 42}', "wrong_type"),
+        (b'{"url": "https://a.example/", "max_depth": "2"}', "wrong_type"),
+        (b'{"url": "https://a.example/", "max_depth": true}', "wrong_type"),
+        (b'{"url": "https://a.example/", "max_depth": -1}', "wrong_type"),
+        (b'{"url": "https://a.example/", "scope": "planet"}', "bad_scope"),
+        (b'{"url": "https://a.example/", "job": "no spaces"}', "bad_job"),
+        (b'{"url": "https://a.example/", "maxdepth": 2}', "unknown_field"),
+        (b'{"v": 2, "url": "https://a.example/"}', "unknown_version"),
+        (b'{"max_depth": 2}', "missing_field"),
+        (b"[1]", "wrong_type"),
+        (b"https://a.example/ https://b.example/", "invalid_url"),
+    ],
+)
+def test_bad_seed_bodies_are_rejected_with_a_reason(body: bytes, reason: str) -> None:
+    out = decode_seeds(body)
+    assert [type(x) for x in out] == [SeedReject]
+    assert isinstance(out[0], SeedReject) and out[0].reason == reason
+
+
+def test_bad_items_do_not_cost_the_good_ones() -> None:
+    out = decode_seeds(b'[{"url": "https://a.example/"}, {"url": 1}, "https://b.example/"]')
+    assert [type(x) for x in out] == [Seed, SeedReject, Seed]
+
+
+def test_task_round_trip() -> None:
+    task = Task("https://example.com/a", "ab" * 16, 2, LINEAGE, parent="https://example.com/")
+    assert Task.from_wire(task.to_wire()) == task
+
+
+def test_discovered_round_trip_and_lenient_unknown_fields() -> None:
+    page = Discovered("https://example.com/", "cd" * 16, 1, LINEAGE, ("https://example.com/a",))
+    obj = orjson.loads(page.to_wire()) | {"a_future_optional_field": 1}
+    assert Discovered.from_wire(orjson.dumps(obj)) == page
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"v": 2}, "unknown_version"),
+        ({"v": None}, "missing_version"),
+        ({"v": "1"}, "wrong_type"),
+        ({"depth": "1"}, "wrong_type"),
+        ({"links": "https://example.com/"}, "wrong_type"),
+        ({"links": [1]}, "wrong_type"),
+        ({"scope": "planet"}, "bad_scope"),
+    ],
+)
+def test_internal_messages_are_strict(change: dict[str, object], reason: str) -> None:
+    page = Discovered("https://example.com/", "cd" * 16, 1, LINEAGE, ("https://example.com/a",))
+    obj = orjson.loads(page.to_wire()) | change
+    with pytest.raises(MessageError) as e:
+        Discovered.from_wire(orjson.dumps(obj))
+    assert e.value.reason == reason
+
+
+def test_not_json_at_all() -> None:
+    with pytest.raises(MessageError) as e:
+        Task.from_wire(b"\x00garbage")
+    assert e.value.reason == "invalid_json"
+
+
+def test_dead_letter_bounds_and_keeps_binary_originals() -> None:
+    letter = DeadLetter.of("seeds", "binary", "", "crawl.seeds", 1.5, b"\xff" * 100, max_bytes=10)
+    back = DeadLetter.from_wire(letter.to_wire())
+    assert back.original == b"\xff" * 10 and back.original_size == 100
+    assert orjson.loads(letter.to_wire())["truncated"] is True
