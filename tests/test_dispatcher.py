@@ -342,3 +342,20 @@ async def test_kill_9_mid_batch_then_restart_every_admitted_url_has_one_task(
     tasks = await tasks_by_url(js)  # at most one task per URL
     assert await seen_keys(js) == {fingerprint(u) for u in tasks}, "each admitted URL has a task"
     assert sorted(tasks) == sorted(urls)
+
+
+async def test_max_pages_holds_across_dispatchers_with_zero_overshoot(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url, max_pages=25, dispatch_batch=3)  # type: ignore[attr-defined]
+    urls = [f"https://h{i % 5}.example/p{i}" for i in range(400)]
+    async with running(settings) as one, running(settings) as two:
+        for i in range(0, len(urls), 4):
+            await nc.publish(SEEDS, "\n".join(urls[i : i + 4]).encode())
+        await nc.publish(SEEDS, b'{"url": "https://other.example/", "job": "other"}')
+        await nc.flush()
+        await _wait_drained(js)
+        assert one.stats.over_limit + two.stats.over_limit == len(urls) - 25
+    tasks = await tasks_by_url(js)
+    assert len([t for _, t, _ in tasks.values() if t.lineage.job == "default"]) == 25
+    assert "https://other.example/" in tasks, "the limit is per job"
