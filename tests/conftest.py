@@ -1,0 +1,66 @@
+"""Shared fixtures: real servers and a local website, one of each per test (parallel-safe).
+
+nats_server   a started single NatsServer with JetStream (store under tmp_path)
+nc, js        a nats-py client connected to nats_server, and its JetStream context
+nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
+etcd_server   a started single-member EtcdServer
+site          a started MultiHostSite (tests/site.py) with a fixed seed
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from jetcrawl.embedded import EtcdServer, NatsCluster, NatsServer
+
+if TYPE_CHECKING:
+    from tests.site import MultiHostSite
+
+SITE_SEED = 20240601
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    async with NatsServer(tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[NATS]:
+    client = await nats.connect(nats_server.url, connect_timeout=5)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def js(nc: NATS) -> JetStreamContext:
+    return nc.jetstream()
+
+
+@pytest.fixture
+async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
+    async with NatsCluster(tmp_path / "cluster", 3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def etcd_server(tmp_path: Path) -> AsyncIterator[EtcdServer]:
+    async with EtcdServer(tmp_path / "etcd") as server:
+        yield server
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[MultiHostSite]:
+    from tests.site import MultiHostSite  # only tests that use the site need its module
+
+    async with MultiHostSite(seed=SITE_SEED) as started:
+        yield started
