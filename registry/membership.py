@@ -1,0 +1,25 @@
+"""Who is in the cluster: the live workers, read straight from etcd (for ``jetcrawl status``)."""
+
+from __future__ import annotations
+
+from jetcrawl.settings import Settings
+from registry.errors import RecordError
+from registry.etcd import Etcd
+from registry.keys import Keys
+from registry.records import WorkerInfo
+
+__all__ = ["read_members"]
+
+
+async def read_members(settings: Settings) -> dict[str, WorkerInfo]:
+    """Live workers of ``settings.cluster`` by id, sorted; raises ``RegistryError`` subclasses."""
+    keys = Keys(settings.cluster)
+    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:
+        listing = await etcd.get_prefix(keys.workers)
+    members: dict[str, WorkerInfo] = {}
+    for entry in sorted(listing.entries, key=lambda e: e.key):
+        info = WorkerInfo.from_wire(entry.key, entry.value)
+        if keys.worker_of(entry.key) != info.id:
+            raise RecordError(entry.key, f"holds the record of worker {info.id!r}")
+        members[info.id] = info
+    return members

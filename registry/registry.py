@@ -1,0 +1,428 @@
+"""The registry: this worker's membership, the shards it owns, and the rebalancing between workers.
+
+A ``Registry`` registers its worker under an etcd lease (``keys.py`` has the layout) and keeps the
+lease alive with its own loop, every ``keepalive_interval_s`` (aetcd has none). It watches the
+cluster's keys, restarting the watch from a fresh listing after any error (aetcd does not), and
+re-lists every ``keepalive_interval_s`` as a safety net for anything the watch missed. Whenever the
+picture changes it computes the desired owners with ``assign`` and moves towards them:
+
+- desired here and free: the owner key is created in a transaction only if absent, bound to our
+  lease; its revision is the shard's fence, handed to ``owner.on_acquired``;
+- desired here but still held by the previous owner: wait until the watch shows the key gone
+  (released, or deleted with its owner's lease), then create it;
+- owned here but desired elsewhere: ``owner.on_revoke`` (stop and drain), then delete the key
+  only if its revision is still our fence.
+
+Failure policy, the choice this module makes:
+
+- **Lease lost** (a keepalive answers TTL <= 0; a vanished worker key triggers that keepalive at
+  once): the rebalancer is cancelled, ``owner.on_lease_lost()`` is called straight away (the worker
+  stops pulling every shard: others may own them already), owned shards are forgotten, and the
+  worker registers again with a new lease and rejoins; its shards come back the normal way. After
+  SIGSTOP/SIGCONT the overdue keepalive runs as soon as the loop runs, so this takes well under 1 s.
+- **etcd unreachable** (refused, reset, no answer within ``etcd_timeout_s``) is NOT a lost lease.
+  Nobody can take our shards while etcd is down, and etcd renews every lease to its full TTL when it
+  regains a leader, so after an outage the lease is normally still ours. The worker keeps crawling
+  the shards it owns while the registry keeps retrying (keepalive every interval, the watch with a
+  backoff); rebalancing resumes when etcd answers. If the lease did expire meanwhile, the first
+  keepalive that gets through says so and the lease-lost path runs. The price: if etcd lives on
+  but this worker alone is cut off from it, the lease expires, another worker may take a shard
+  while this one still crawls it, and some pages are fetched twice (results are idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+
+from jetcrawl.settings import Settings
+from registry.assignment import assign
+from registry.errors import RegistryError
+from registry.etcd import Change, Etcd, Listing
+from registry.keys import Keys
+from registry.ownership import ShardOwner
+from registry.records import Claim, WorkerInfo
+from registry.view import ClusterView
+
+__all__ = ["Registry"]
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.1  # first delay before retrying etcd after a failure; it doubles up to:
+RETRY_MAX_S = 2.0  # (or the keepalive interval, if shorter)
+
+
+class Registry:
+    """This worker in the cluster; an async context manager. See the module docstring."""
+
+    def __init__(self, settings: Settings, info: WorkerInfo, owner: ShardOwner) -> None:
+        # --- who we are and whom we drive
+        self._settings = settings
+        self._info = info
+        self._owner = owner
+        self._keys = Keys(settings.cluster)
+        self._etcd = Etcd(settings.etcd_url, settings.etcd_timeout_s)
+
+        # --- lease and registration
+        self._lease: int | None = None  # None until registered, and while registering again
+        self._worker_fence = 0  # revision of our worker key: we delete only our own
+        self._check_lease = asyncio.Event()  # keep alive now: our worker key vanished from view
+        self._outage_since: float | None = None  # monotonic time etcd stopped answering
+
+        # --- the cluster as etcd last showed it
+        self._view = ClusterView(self._keys, settings.shards)
+        self._view_changed = asyncio.Event()  # wakes the rebalancer
+
+        # --- shards owned here, and whoever waits for a state
+        self._owned: dict[int, int] = {}  # shard -> fence
+        self._state_changed = asyncio.Event()  # set and replaced when owned/members/outage change
+
+        # --- tasks and lifecycle
+        self._tasks = asyncio.TaskGroup()
+        self._loops: list[asyncio.Task[None]] = []  # keepalive and watch, for the registry's life
+        self._rebalancer: asyncio.Task[None] | None = None  # replaced when the lease is lost
+        self._entered = False
+        self._closing = False
+        self._closed = asyncio.Event()
+
+    # --- public surface
+
+    @property
+    def worker_id(self) -> str:
+        return self._info.id
+
+    @property
+    def owned(self) -> Mapping[int, int]:
+        """Shard -> fence for every shard the worker has been told to pull, now."""
+        return dict(self._owned)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Ids of the live workers as last seen, sorted."""
+        return self._view.members
+
+    @property
+    def lease_id(self) -> int | None:
+        return self._lease
+
+    @property
+    def outage_s(self) -> float:
+        """For how long etcd has been failing our calls; 0.0 while it answers."""
+        since = self._outage_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    async def wait_for(self, predicate: Callable[[], bool], *, timeout_s: float) -> None:
+        """Return once ``predicate()`` holds, re-checked whenever the registry's state (owned
+        shards, members, etcd outage) changes. Raises ``TimeoutError`` after ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not predicate():
+                    await self._state_changed.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.worker_id}: state not reached in {timeout_s:g} s: owned="
+                f"{sorted(self._owned)} members={self.members} outage_s={self.outage_s:.1f}"
+            ) from None
+
+    async def wait_owned(
+        self, expected: int | Callable[[Mapping[int, int]], bool], *, timeout_s: float
+    ) -> Mapping[int, int]:
+        """Wait until ``expected`` shards are owned (or ``expected(owned)`` holds); return owned."""
+
+        def reached() -> bool:
+            if callable(expected):
+                return expected(self._owned)
+            return len(self._owned) == expected
+
+        await self.wait_for(reached, timeout_s=timeout_s)
+        return self.owned
+
+    async def __aenter__(self) -> Registry:
+        """Register (raises ``RegistryError`` if etcd cannot be reached) and start the loops."""
+        if self._entered:
+            raise RuntimeError("a Registry can be entered only once")
+        self._entered = True
+        try:
+            await self._register()
+            listing = await self._etcd.get_prefix(self._keys.root)
+        except BaseException:
+            await self._etcd.close()
+            self._closing = True
+            self._closed.set()
+            raise
+        self._merge_listing(listing)
+        await self._tasks.__aenter__()
+        self._loops = [
+            self._tasks.create_task(self._keep_lease(), name=f"{self.worker_id}: keepalive"),
+            self._tasks.create_task(self._watch(listing), name=f"{self.worker_id}: watch"),
+        ]
+        self._start_rebalancer()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Leave the cluster in order; idempotent. Stop rebalancing, revoke (drain) and release
+        every owned shard, delete the worker key, revoke the lease, close the connection."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            if self._rebalancer is not None:  # its last pass revokes and releases every shard
+                self._view_changed.set()
+                await asyncio.wait([self._rebalancer])
+            for task in self._loops:
+                task.cancel()
+            await self._tasks.__aexit__(None, None, None)
+            if self._lease is not None:
+                await self._unregister(self._lease)
+        finally:
+            await self._etcd.close()
+            self._closed.set()
+
+    # --- registration and the lease
+
+    async def _register(self) -> None:
+        lease = await self._etcd.grant_lease(self._settings.lease_ttl_s)
+        entry = await self._etcd.put(self._keys.worker(self.worker_id), self._info.to_wire(), lease)
+        self._lease, self._worker_fence = lease, entry.mod_revision
+        self._merge(Change.put(entry))
+        log.info("%s registered with lease %x", self.worker_id, lease)
+
+    async def _unregister(self, lease: int) -> None:
+        try:
+            await self._etcd.delete_if(self._keys.worker(self.worker_id), self._worker_fence)
+            await self._etcd.revoke_lease(lease)
+        except RegistryError as exc:
+            log.warning(
+                "%s: leaving without cleanup, lease %x will expire: %s", self.worker_id, lease, exc
+            )
+        self._lease = None
+
+    async def _keep_lease(self) -> None:
+        interval = self._settings.keepalive_interval_s
+        while True:
+            asked = await _wait(self._check_lease, interval)
+            self._check_lease.clear()
+            lease = self._lease
+            assert lease is not None  # only this loop clears it, and sets it again before looping
+            try:
+                ttl = await self._etcd.keep_alive(lease)
+                if ttl > 0 and asked and self.worker_id not in self._view.members:
+                    log.warning(
+                        "%s: worker key deleted under a live lease; putting it back", self.worker_id
+                    )
+                    await self._register_key(lease)
+            except RegistryError as exc:
+                self._etcd_failed(exc)
+                continue
+            self._etcd_answered()
+            if ttl <= 0:
+                await self._recover_lost_lease(lease)
+
+    async def _register_key(self, lease: int) -> None:
+        entry = await self._etcd.put(self._keys.worker(self.worker_id), self._info.to_wire(), lease)
+        self._worker_fence = entry.mod_revision
+        self._merge(Change.put(entry))
+
+    async def _recover_lost_lease(self, lease: int) -> None:
+        log.warning(
+            "%s: lease %x is gone; stopping every shard and registering again",
+            self.worker_id,
+            lease,
+        )
+        self._lease = None
+        await self._stop_rebalancer()
+        self._owned.clear()
+        await self._owner.on_lease_lost()
+        self._notify()
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                await self._register()
+                break
+            except RegistryError as exc:
+                self._etcd_failed(exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S, self._settings.keepalive_interval_s)
+        self._etcd_answered()
+        self._start_rebalancer()
+
+    def _etcd_failed(self, exc: RegistryError) -> None:
+        log.warning("%s: etcd did not answer, keeping our shards: %s", self.worker_id, exc)
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+        self._notify()
+
+    def _etcd_answered(self) -> None:
+        if self._outage_since is not None:
+            log.info("%s: etcd answers again after %.1f s", self.worker_id, self.outage_s)
+            self._outage_since = None
+            self._notify()
+
+    # --- watching the cluster
+
+    async def _watch(self, listing: Listing | None) -> None:
+        """Follow every change under the cluster's prefix; after an error, list again and resume."""
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                if listing is None:
+                    listing = await self._etcd.get_prefix(self._keys.root)
+                    self._merge_listing(listing)
+                async with self._etcd.watch_prefix(
+                    self._keys.root, listing.revision + 1
+                ) as changes:
+                    self._view.watched_up_to(listing.revision)
+                    delay = RETRY_FIRST_S
+                    async for change in changes:
+                        self._merge(change)
+                        self._view.watched_up_to(change.revision)
+                log.warning("%s: the watch ended; watching again", self.worker_id)
+            except RegistryError as exc:
+                log.warning(
+                    "%s: the watch broke, listing again in %.1f s: %s", self.worker_id, delay, exc
+                )
+            listing = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S, self._settings.keepalive_interval_s)
+
+    async def _reconcile(self) -> None:
+        """The safety net: a full listing merged into the view (older than the view: no effect)."""
+        try:
+            self._merge_listing(await self._etcd.get_prefix(self._keys.root))
+        except RegistryError as exc:
+            log.debug("%s: reconcile listing failed: %s", self.worker_id, exc)
+
+    def _merge(self, change: Change) -> None:
+        if self._view.apply(change):
+            self._view_changed.set()
+            self._notify()
+
+    def _merge_listing(self, listing: Listing) -> None:
+        if self._view.apply_listing(listing):
+            self._view_changed.set()
+            self._notify()
+
+    # --- rebalancing
+
+    def _start_rebalancer(self) -> None:
+        if not self._closing:
+            self._rebalancer = self._tasks.create_task(
+                self._rebalance(), name=f"{self.worker_id}: rebalance"
+            )
+
+    async def _stop_rebalancer(self) -> None:
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
+            await asyncio.wait([self._rebalancer])
+            self._rebalancer = None
+
+    async def _rebalance(self) -> None:
+        interval = self._settings.keepalive_interval_s
+        while True:
+            self._view_changed.clear()
+            closing = self._closing
+            await self._rebalance_once(closing)
+            if closing:
+                return
+            if not await _wait(self._view_changed, interval):
+                await self._reconcile()
+
+    async def _rebalance_once(self, closing: bool) -> None:
+        """One step towards the desired owners; on closing, towards owning nothing."""
+        lease = self._lease
+        assert lease is not None  # the rebalancer runs only while registered
+        me = self.worker_id
+        claims = self._view.claims
+        if closing:
+            desired: set[int] = set()
+        elif me not in self._view.members:
+            self._check_lease.set()  # our worker key is gone: is the lease?
+            return
+        else:
+            owners = assign(self._settings.shards, self._view.members)
+            desired = {shard for shard, worker in owners.items() if worker == me}
+        async with asyncio.TaskGroup() as steps:
+            for shard, fence in list(self._owned.items()):
+                held = claims.get(shard)
+                if held is None or held.fence != fence:
+                    steps.create_task(self._lose(shard))
+                elif shard not in desired:
+                    steps.create_task(self._release(shard, fence))
+            for shard, held in claims.items():
+                if shard in self._owned or held.worker != me or held.lease != lease:
+                    continue
+                # Ours in etcd but not here: a create whose answer was lost, or a failed delete.
+                if shard in desired:
+                    steps.create_task(self._take(shard, held.fence))
+                else:
+                    steps.create_task(self._delete_claim(shard, held.fence))
+            for shard in sorted(desired - self._owned.keys() - claims.keys()):
+                steps.create_task(self._acquire(shard, lease))
+
+    async def _acquire(self, shard: int, lease: int) -> None:
+        key = self._keys.shard(shard)
+        try:
+            created, entry = await self._etcd.create(
+                key, Claim.to_wire(self.worker_id, lease), lease
+            )
+        except RegistryError as exc:
+            log.warning("%s: claiming shard %d failed, will retry: %s", self.worker_id, shard, exc)
+            return
+        self._merge(Change.put(entry))  # ours, or the holder we raced with
+        if created:
+            await self._take(shard, entry.mod_revision)
+
+    async def _take(self, shard: int, fence: int) -> None:
+        await self._owner.on_acquired(shard, fence)
+        self._owned[shard] = fence
+        self._notify()
+        log.info("%s: acquired shard %d (fence %d)", self.worker_id, shard, fence)
+
+    async def _release(self, shard: int, fence: int) -> None:
+        await self._owner.on_revoke(shard)
+        del self._owned[shard]
+        self._notify()
+        await self._delete_claim(shard, fence)
+        log.info("%s: released shard %d", self.worker_id, shard)
+
+    async def _lose(self, shard: int) -> None:
+        log.warning("%s: shard %d was taken from us (its key changed)", self.worker_id, shard)
+        await self._owner.on_revoke(shard)
+        del self._owned[shard]
+        self._notify()
+
+    async def _delete_claim(self, shard: int, fence: int) -> None:
+        key = self._keys.shard(shard)
+        try:
+            revision = await self._etcd.delete_if(key, fence)
+        except RegistryError as exc:  # the view still shows it ours: a later pass deletes it
+            log.warning("%s: releasing shard %d failed, will retry: %s", self.worker_id, shard, exc)
+            return
+        if revision is not None:
+            self._merge(Change.delete(key, revision))
+
+    def _notify(self) -> None:
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait for ``event`` up to ``timeout_s``; whether it was set."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
