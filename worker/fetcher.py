@@ -1,0 +1,350 @@
+"""HTTP for the worker: one pooled aiohttp session, redirects by hand, bodies read within limits.
+
+``Fetcher.fetch(url)`` returns a ``Fetched`` for any HTTP response (a 404 or a 503 is an outcome,
+not an error) and raises ``FetchError`` when there is no response to record. The rules:
+
+- Redirects (301, 302, 303, 307, 308 with a Location) are followed by hand up to
+  ``max_redirects``: each Location is resolved against the URL that answered and canonicalized by
+  the URL rules, so the chain we record is the chain of URLs the frontier would know. A Location
+  that is not an http(s) URL we accept is ``bad_redirect``; a loop or too long a chain is
+  ``too_many_redirects``. One deadline, ``total_timeout_s``, covers the whole chain and the body.
+- The Content-Type is looked at before the body: only the body of a 2xx HTML response is read.
+  Anything else is released unread, which closes the connection unless the body had already
+  arrived whole (then it goes back to the pool).
+- An HTML body is read as it streams, counted after decompression, and abandoned as soon as it
+  passes ``max_body_bytes`` (``too_large``). aiohttp (3.13+) inflates at most about one read
+  buffer ahead of the reader, so a compression bomb costs a buffer, not its inflated size.
+- aiohttp, asyncio and socket exceptions are translated once, in ``_fetch_error``.
+
+The SSRF guard (``allow_nets``) is not enforced yet. Its place is ``_open_socket``, which aiohttp
+calls with the address of every TCP connection it makes, whether the host was a name that
+resolved or an IP literal, after DNS and before connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+
+import aiohttp
+from aiohappyeyeballs import AddrInfoType
+from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+from aiohttp.http_exceptions import ContentEncodingError
+from yarl import URL
+
+from jetcrawl.errors import UrlError
+from jetcrawl.settings import Settings
+from jetcrawl.urls import UrlRules
+from worker.errors import FetchError
+
+__all__ = ["HTML_TYPES", "KEPT_HEADERS", "TEXT_MAX_REDIRECTS", "Fetched", "Fetcher"]
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+# The response headers a Fetched keeps (lowercase names).
+KEPT_HEADERS = (
+    "content-type",
+    "content-length",
+    "last-modified",
+    "etag",
+    "server",
+    "location",
+    "retry-after",
+    "content-encoding",
+)
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# RFC 9309 section 2.3.1.2: crawlers follow at least five consecutive redirects for robots.txt.
+TEXT_MAX_REDIRECTS = 5
+
+ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
+# Only what aiohttp can decode in this environment (br needs Brotli, zstd backports.zstd).
+ACCEPT_ENCODING = ", ".join(
+    ["gzip", "deflate"] + (["br"] if HAS_BROTLI else []) + (["zstd"] if HAS_ZSTD else [])
+)
+# How long an idle pooled connection is kept for the next request to the same host.
+KEEPALIVE_S = 15.0
+DNS_CACHE_TTL_S = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One HTTP response, as the worker records it."""
+
+    url: str  # the URL asked for (canonical)
+    final_url: str  # the URL that answered, after redirects (canonical)
+    redirects: tuple[str, ...]  # each hop's URL before the final one, in order; () if none
+    status: int
+    content_type: str  # the media type only, lowercase ("text/html"); "" if absent
+    charset: str | None  # the Content-Type's charset parameter, lowercase
+    headers: Mapping[str, str]  # the KEPT_HEADERS the response had, lowercase names
+    body: bytes  # the decompressed body of a 2xx HTML response; b"" otherwise
+    length: int  # len(body) when read; else the Content-Length if given, else 0
+    fetched_at: float  # epoch seconds when the first request started
+    elapsed_ms: float  # from the first request to the end of the body
+
+    @property
+    def is_html(self) -> bool:
+        return self.content_type in HTML_TYPES
+
+
+class Fetcher:
+    """Fetches URLs through one pooled ``aiohttp.ClientSession``; an async context manager.
+
+    The session is opened by ``__aenter__`` (or the first fetch) and closed by ``close()``, which
+    may be called more than once. A closed Fetcher does not reopen.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        # --- configuration
+        self._rules = UrlRules.from_settings(settings)
+        self._max_body_bytes = settings.max_body_bytes
+        self._max_redirects = settings.max_redirects
+        self._concurrency = settings.concurrency
+        self._total_timeout_s = settings.total_timeout_s
+        self._connect_timeout_s = settings.connect_timeout_s
+        self._read_timeout_s = settings.read_timeout_s
+        self._allow_nets = settings.allow_nets  # not enforced yet: see _open_socket
+        self._headers = {
+            "User-Agent": settings.user_agent,
+            "Accept": ACCEPT,
+            "Accept-Encoding": ACCEPT_ENCODING,
+        }
+        # --- the connection pool, for the Fetcher's life
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Fetcher:
+        self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("the Fetcher is closed")
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._concurrency,
+                ttl_dns_cache=DNS_CACHE_TTL_S,
+                keepalive_timeout=KEEPALIVE_S,
+                socket_factory=self._open_socket,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                timeout=self._timeout(self._total_timeout_s),
+                cookie_jar=aiohttp.DummyCookieJar(),  # no state shared between hosts or tasks
+                auto_decompress=True,  # bounded by aiohttp, counted by _read_html
+                raise_for_status=False,
+            )
+        return self._session
+
+    def _open_socket(self, addr_info: AddrInfoType) -> socket.socket:
+        """The socket for one TCP connection to ``addr_info``'s address (the connect check).
+
+        This is where ``allow_nets`` will be enforced: every connection passes here with its
+        numeric address, so neither an IP-literal URL nor a name that resolves to a private
+        address gets around it. Raising ``OSError`` here fails the connection attempt.
+        """
+        family, type_, proto, _canonname, _address = addr_info
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=total_s, sock_connect=self._connect_timeout_s, sock_read=self._read_timeout_s
+        )
+
+    async def fetch(self, url: str) -> Fetched:
+        """GET ``url`` (canonical), following redirects; the body is read only for 2xx HTML."""
+        fetched_at = time.time()
+        started = time.perf_counter()
+        async with self._follow(url, self._max_redirects) as (response, final_url, redirects):
+            content_type, charset = media_type(response.headers.get("Content-Type", ""))
+            declared = content_length(response.headers)
+            body = b""
+            if 200 <= response.status < 300 and content_type in HTML_TYPES:
+                body = await self._read_html(response, final_url, declared)
+                length = len(body)
+            else:
+                length = declared or 0
+            headers = {
+                name: response.headers[name] for name in KEPT_HEADERS if name in response.headers
+            }
+            status = response.status
+        return Fetched(
+            url=url,
+            final_url=final_url,
+            redirects=redirects,
+            status=status,
+            content_type=content_type,
+            charset=charset,
+            headers=headers,
+            body=body,
+            length=length,
+            fetched_at=fetched_at,
+            elapsed_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+    async def get_text(self, url: str, max_bytes: int) -> tuple[int, str, tuple[str, ...]]:
+        """``(status, text, redirects)`` of a small text resource such as robots.txt.
+
+        Up to ``TEXT_MAX_REDIRECTS`` redirects are followed. The body of a 2xx response, whatever
+        its Content-Type, is read up to ``max_bytes`` (the rest is left unread) and decoded as
+        UTF-8 with replacement characters; any other status comes with "".
+        """
+        async with self._follow(url, TEXT_MAX_REDIRECTS) as (response, final_url, redirects):
+            status = response.status
+            raw = bytearray()
+            if 200 <= status < 300:
+                with _translated(final_url):
+                    while len(raw) < max_bytes:
+                        chunk = await response.content.readany()
+                        if not chunk:
+                            break
+                        raw += chunk
+        return status, raw[:max_bytes].decode("utf-8", "replace"), redirects
+
+    @asynccontextmanager
+    async def _follow(
+        self, url: str, max_redirects: int
+    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, str, tuple[str, ...]]]:
+        """The final response of ``url``'s redirect chain, with its URL and the chain before it.
+
+        The response is released when the context exits; every intermediate one at once.
+        """
+        session = self._open()
+        deadline = asyncio.get_running_loop().time() + self._total_timeout_s
+        redirects: list[str] = []
+        current = url
+        while True:
+            response = await self._send(session, current, deadline)
+            location = response.headers.get("Location")
+            if response.status not in REDIRECT_STATUSES or location is None:
+                break
+            response.release()
+            target = self._redirect_target(current, location)
+            redirects.append(current)
+            if target in redirects:
+                raise FetchError("too_many_redirects", f"redirect loop back to {target}", current)
+            if len(redirects) > max_redirects:
+                raise FetchError(
+                    "too_many_redirects", f"more than {max_redirects} redirects", current
+                )
+            current = target
+        try:
+            yield response, current, tuple(redirects)
+        finally:
+            response.release()
+
+    async def _send(
+        self, session: aiohttp.ClientSession, url: str, deadline: float
+    ) -> aiohttp.ClientResponse:
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        if remaining_s <= 0:
+            raise FetchError("timeout", f"over {self._total_timeout_s} s in redirects", url)
+        with _translated(url):
+            # The URL is canonical, so already encoded: yarl must not quote it again.
+            return await session.get(
+                URL(url, encoded=True), allow_redirects=False, timeout=self._timeout(remaining_s)
+            )
+
+    def _redirect_target(self, current: str, location: str) -> str:
+        try:
+            return self._rules.canonicalize(location, base=current)
+        except UrlError as exc:
+            raise FetchError(
+                "bad_redirect", f"Location {location[:200]!r} rejected: {exc.reason}", current
+            ) from None
+
+    async def _read_html(
+        self, response: aiohttp.ClientResponse, url: str, declared: int | None
+    ) -> bytes:
+        limit = self._max_body_bytes
+        if declared is not None and declared > limit and "Content-Encoding" not in response.headers:
+            raise FetchError("too_large", f"Content-Length {declared} > {limit} bytes", url)
+        body = bytearray()
+        with _translated(url):
+            async for chunk in response.content.iter_any():
+                body += chunk
+                if len(body) > limit:
+                    raise FetchError("too_large", f"body over {limit} bytes", url)
+        return bytes(body)
+
+
+def media_type(header: str) -> tuple[str, str | None]:
+    """``(media type, charset)`` of a Content-Type value, lowercase; ``("", None)`` if empty."""
+    kind, _, params = header.partition(";")
+    charset = None
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip("\"'").strip().lower() or None
+            break
+    return kind.strip().lower(), charset
+
+
+def content_length(headers: Mapping[str, str]) -> int | None:
+    value = headers.get("Content-Length", "").strip()
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
+@contextmanager
+def _translated(url: str) -> Iterator[None]:
+    try:
+        yield
+    except (aiohttp.ClientError, OSError) as exc:  # OSError includes TimeoutError
+        raise _fetch_error(exc, url) from exc
+
+
+def _fetch_error(exc: aiohttp.ClientError | OSError, url: str) -> FetchError:
+    """The one translation of aiohttp, asyncio and socket exceptions into ``FetchError``."""
+    if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is one too
+        message = str(exc) or "total timeout"
+        return FetchError("timeout", message, url)
+    message = _describe(exc)
+    if _caused_by(exc, ContentEncodingError):
+        return FetchError("decoding", message, url)
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return FetchError("dns", message, url)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return FetchError("connect", message, url, transient=False)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # The connection ended before the body did (Content-Length or chunks not satisfied).
+        return FetchError("connect", message, url)
+    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+        return FetchError("connect", message, url)
+    # ClientResponseError from a response we cannot parse, InvalidURL, and the like.
+    return FetchError("protocol", message, url)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    detail = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+    cause = exc.__cause__
+    if cause is not None and not detail:
+        detail = str(cause)
+    return f"{type(exc).__name__}: {detail}"[:300]
