@@ -1,0 +1,365 @@
+"""All URL rules of the crawler: canonical form, fingerprint, shard function and scope.
+
+A canonical URL is what the frontier dedupes, shards and fetches. ``canonicalize`` turns any link
+(absolute, or relative to a base; with HTML's whitespace around it) into that form, or raises
+``UrlError`` with one of these reasons:
+
+    invalid             not a URL (unparseable, lone surrogates, relative without a base)
+    unsupported_scheme  anything but http and https (javascript:, mailto:, file:, data:, ftp:, ...)
+    userinfo            ``user:pass@`` in the authority
+    no_host             an empty host
+    invalid_host        bad IDNA, characters a host cannot have, a bad IP literal, a bad port
+    too_long            longer than ``max_length`` characters once canonical
+
+The canonical form has: scheme and host in lowercase; the host in IDNA A-labels (UTS #46,
+non-transitional) without a trailing dot, IP literals in their standard text form; no default port,
+no userinfo, no fragment; dot segments resolved and a path of at least ``/``; escapes of unreserved
+characters decoded, other escapes in uppercase hex, and every character RFC 3986 does not allow in
+its part percent-encoded as UTF-8; query pairs stably sorted by key, tracking parameters (and every
+``utm_*``) removed, and no ``?`` if nothing is left. ``canonicalize`` is idempotent.
+
+The functions that take a ``canonical_url`` trust it to be the output of ``canonicalize``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
+from urllib.parse import SplitResult, quote, unquote, urlsplit
+
+import idna
+from publicsuffixlist import PublicSuffixList
+
+from jetcrawl.errors import UrlError
+from jetcrawl.settings import DEFAULT_TRACKING_PARAMS
+
+if TYPE_CHECKING:
+    from jetcrawl.settings import Settings
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "DEFAULT_TRACKING",
+    "UrlRules",
+    "canonicalize",
+    "fingerprint",
+    "fnv1a_32",
+    "host_of",
+    "in_scope",
+    "registered_domain",
+    "scope_root",
+    "shard_of",
+]
+
+DEFAULT_TRACKING: frozenset[str] = frozenset(DEFAULT_TRACKING_PARAMS)
+DEFAULT_MAX_LENGTH = 2048
+TRACKING_PREFIX = "utm_"
+
+# An input this many times longer than max_length is refused before any work: no real link shrinks
+# that much, and a page full of megabyte links must not stall the worker.
+_MAX_INPUT_FACTOR = 16
+
+_SCHEMES = {"http": "80", "https": "443"}  # scheme -> default port
+# What the WHATWG URL parser strips from both ends of its input: C0 controls and space.
+_C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
+
+# RFC 3986: unreserved characters mean the same decoded or encoded; sub-delims, ':' and '@' may
+# stand in a path segment; a query may also hold '/' and '?'. All else is percent-encoded.
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PATH_SAFE = "!$&'()*+,;=:@/"
+_QUERY_SAFE = _PATH_SAFE + "?"
+_PATH_CLEAN = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]*").fullmatch
+_QUERY_CLEAN = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*").fullmatch
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})?")
+
+# A host name after lowercasing and IDNA: dot-separated labels of letters, digits, '-' and '_' (the
+# underscore is not DNS-legal in host names but real sites use it and browsers accept it).
+_HOST_NAME = re.compile(r"(?:[a-z0-9_-]{1,63}\.)*[a-z0-9_-]{1,63}").fullmatch
+_MAX_HOST_LENGTH = 253
+# A last label like this makes the host an IPv4 address for a browser, or an error: never a name.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*").fullmatch
+
+
+def canonicalize(
+    url: str,
+    base: str | None = None,
+    *,
+    tracking_params: frozenset[str] = DEFAULT_TRACKING,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> str:
+    """The canonical form of ``url``, resolved against ``base`` if given; raises ``UrlError``."""
+    original = url
+    url = url.strip(_C0_CONTROL_OR_SPACE)
+    if len(url) > _MAX_INPUT_FACTOR * max_length:
+        raise UrlError("too_long", original)
+    try:
+        parts = _split(url)
+        if base is not None and not (parts.scheme and parts.netloc):
+            parts = _resolve(url, parts, _split(base.strip(_C0_CONTROL_OR_SPACE)))
+    except ValueError:  # bad brackets, a netloc that normalizes to delimiters
+        raise UrlError("invalid", original) from None
+    scheme, netloc, path, query, _fragment = parts
+
+    default_port = _SCHEMES.get(scheme)
+    if default_port is None:
+        raise UrlError("unsupported_scheme" if scheme else "invalid", original)
+    if "@" in netloc:
+        raise UrlError("userinfo", original)
+    host, port = _split_port(netloc, original)
+    host = _canonical_host(host, original)
+    if port and port != default_port:
+        host = f"{host}:{port}"
+    try:
+        path = _canonical_path(path)
+        query = _canonical_query(query, tracking_params) if query else ""
+    except UnicodeEncodeError:  # lone surrogates cannot be UTF-8 encoded
+        raise UrlError("invalid", original) from None
+    canonical = f"{scheme}://{host}{path}?{query}" if query else f"{scheme}://{host}{path}"
+    if len(canonical) > max_length:
+        raise UrlError("too_long", original)
+    return canonical
+
+
+def _split(url: str) -> SplitResult:
+    if "\\" in url:
+        url = _backslashes_to_slashes(url)
+    return urlsplit(url)  # also drops tabs and newlines anywhere, as browsers do
+
+
+def _resolve(reference: str, ref: SplitResult, base: SplitResult) -> SplitResult:
+    """RFC 3986 section 5.2.2 in its non-strict form (``http:a`` is relative), as browsers do."""
+    scheme, netloc, path, query, _fragment = ref
+    if scheme and scheme != base.scheme:
+        return ref
+    if netloc:
+        return SplitResult(base.scheme, netloc, path, query, "")
+    if not path:  # "", "?q" or "#f": the base document, with the new query if there is one
+        has_query = "?" in reference.partition("#")[0]
+        return SplitResult(
+            base.scheme, base.netloc, base.path, query if has_query else base.query, ""
+        )
+    if path[0] != "/":
+        path = (base.path[: base.path.rfind("/") + 1] if base.path else "/") + path
+    return SplitResult(base.scheme, base.netloc, path, query, "")
+
+
+def _backslashes_to_slashes(url: str) -> str:
+    # Browsers read a backslash as "/" in an http(s) URL up to its query: href="\\h\a" is //h/a.
+    end = len(url)
+    for delimiter in "?#":
+        found = url.find(delimiter, 0, end)
+        if found >= 0:
+            end = found
+    return url[:end].replace("\\", "/") + url[end:]
+
+
+def _split_port(netloc: str, original: str) -> tuple[str, str]:
+    """``(host, port)`` of an authority without userinfo; the port is '' or canonical decimal."""
+    if netloc.startswith("["):
+        end = netloc.find("]") + 1
+        host, rest = netloc[:end], netloc[end:]
+        if rest and rest[0] != ":":
+            raise UrlError("invalid_host", original)
+        port = rest[1:]
+    else:
+        host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "")
+    if port:
+        port = port.lstrip("0") or "0"
+        if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
+            raise UrlError("invalid_host", original)
+    return host, port
+
+
+def _canonical_host(host: str, original: str) -> str:
+    if not host:
+        raise UrlError("no_host", original)
+    if host[0] == "[":
+        return _canonical_ipv6(host, original)
+    if "%" in host:
+        try:
+            host = unquote(host, errors="strict")
+        except UnicodeDecodeError:
+            raise UrlError("invalid_host", original) from None
+    if host.isascii():
+        host = host.lower()
+    else:
+        ascii_host = _idna_to_ascii(host)
+        if ascii_host is None:
+            raise UrlError("invalid_host", original)
+        host = ascii_host
+    if host.endswith("."):
+        host = host[:-1]
+    if len(host) > _MAX_HOST_LENGTH or not _HOST_NAME(host):
+        raise UrlError("invalid_host" if host else "no_host", original)
+    if _NUMERIC_LABEL(host.rpartition(".")[2]):
+        try:
+            canonical_ip = str(ipaddress.IPv4Address(host))
+        except ValueError:
+            raise UrlError("invalid_host", original) from None
+        if canonical_ip != host:  # leading zeros and the like are not taken as IPv4 by ipaddress
+            raise UrlError("invalid_host", original)
+    return host
+
+
+@lru_cache(maxsize=4096)  # the idna package takes ~30 us per host, and links repeat hosts
+def _idna_to_ascii(host: str) -> str | None:
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return None
+
+
+def _canonical_ipv6(host: str, original: str) -> str:
+    literal = host[1:-1]
+    if "%" in literal:  # zone identifiers have no meaning outside the machine that wrote the link
+        raise UrlError("invalid_host", original)
+    try:
+        return f"[{ipaddress.IPv6Address(literal)}]"
+    except ValueError:
+        raise UrlError("invalid_host", original) from None
+
+
+def _canonical_path(path: str) -> str:
+    if not path:
+        return "/"
+    if not _PATH_CLEAN(path):
+        path = _normalize_escapes(path, _PATH_SAFE)
+    if "/." in path:
+        path = _remove_dot_segments(path)
+    return path
+
+
+def _canonical_query(query: str, tracking_params: frozenset[str]) -> str:
+    if not _QUERY_CLEAN(query):
+        query = _normalize_escapes(query, _QUERY_SAFE)
+    pairs = [
+        pair
+        for pair in query.split("&")
+        if pair and not _is_tracking(pair.partition("=")[0], tracking_params)
+    ]
+    if len(pairs) > 1:
+        pairs.sort(key=_pair_key)  # stable: duplicate keys keep their order
+    return "&".join(pairs)
+
+
+def _is_tracking(key: str, tracking_params: frozenset[str]) -> bool:
+    return key in tracking_params or key.startswith(TRACKING_PREFIX)
+
+
+def _pair_key(pair: str) -> str:
+    return pair.partition("=")[0]
+
+
+def _normalize_escapes(part: str, safe: str) -> str:
+    """Decode escapes of unreserved characters, uppercase the others, encode what must be."""
+    if "%" in part:
+        part = _ESCAPE.sub(_normalize_escape, part)
+    return quote(part, safe=safe + "%")  # UTF-8; raises UnicodeEncodeError on lone surrogates
+
+
+def _normalize_escape(match: re.Match[str]) -> str:
+    hex_pair = match.group(1)
+    if hex_pair is None:  # a '%' that starts no escape stands for itself
+        return "%25"
+    char = chr(int(hex_pair, 16))
+    return char if char in _UNRESERVED else f"%{hex_pair.upper()}"
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4 for an absolute path (one starting with '/')."""
+    segments = path.split("/")
+    out: list[str] = []
+    for segment in segments[1:]:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", ".."):
+        out.append("")
+    return "/" + "/".join(out)
+
+
+def fingerprint(canonical_url: str) -> str:
+    """32 lowercase hex characters naming a canonical URL (the KV key and the ``Nats-Msg-Id``)."""
+    return hashlib.blake2b(canonical_url.encode(), digest_size=16).hexdigest()
+
+
+_FNV32_OFFSET = 0x811C9DC5
+_FNV32_PRIME = 0x01000193
+
+
+def fnv1a_32(data: bytes) -> int:
+    """32-bit FNV-1a, the hash of nats-server's ``partition()`` subject mapping."""
+    h = _FNV32_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV32_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def shard_of(host: str, shards: int) -> int:
+    """The shard of a canonical host (no port), as nats-server's ``partition(shards)`` computes."""
+    return fnv1a_32(host.encode()) % shards
+
+
+def host_of(canonical_url: str) -> str:
+    """The host of a canonical URL without port; IPv6 literals without their brackets."""
+    start = canonical_url.index("://") + 3
+    netloc = canonical_url[start : canonical_url.index("/", start)]
+    if netloc.startswith("["):
+        return netloc[1 : netloc.index("]")]
+    return netloc.partition(":")[0]
+
+
+@cache
+def _public_suffix_list() -> PublicSuffixList:
+    return PublicSuffixList()  # the list shipped inside the package: no network
+
+
+@lru_cache(maxsize=65536)
+def registered_domain(host: str) -> str:
+    """The eTLD+1 of a canonical host by the Public Suffix List (ICANN and private sections).
+
+    IP addresses, single labels and hosts that are themselves public suffixes return themselves.
+    """
+    if ":" in host or "." not in host or _NUMERIC_LABEL(host.rpartition(".")[2]):
+        return host
+    return _public_suffix_list().privatesuffix(host) or host
+
+
+def scope_root(canonical_url: str, scope: str) -> str:
+    """What every URL of a crawl seeded with ``canonical_url`` must share under ``scope``."""
+    if scope == "host":
+        return host_of(canonical_url)
+    if scope == "domain":
+        return registered_domain(host_of(canonical_url))
+    if scope == "any":
+        return ""
+    raise ValueError(f"unknown scope {scope!r}")
+
+
+def in_scope(canonical_url: str, scope: str, root: str) -> bool:
+    """Whether ``canonical_url`` belongs to a crawl whose ``scope_root`` is ``root``."""
+    if scope == "any":
+        return True
+    return scope_root(canonical_url, scope) == root
+
+
+@dataclass(frozen=True, slots=True)
+class UrlRules:
+    """The URL settings bundled for callers that hold a ``Settings``."""
+
+    tracking_params: frozenset[str] = DEFAULT_TRACKING
+    max_length: int = DEFAULT_MAX_LENGTH
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UrlRules:
+        return cls(frozenset(settings.tracking_params), settings.max_url_length)
+
+    def canonicalize(self, url: str, base: str | None = None) -> str:
+        return canonicalize(
+            url, base, tracking_params=self.tracking_params, max_length=self.max_length
+        )
