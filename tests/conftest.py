@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import nats
 import pytest
@@ -19,9 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from jetcrawl.embedded import EtcdServer, NatsCluster, NatsServer
-
-if TYPE_CHECKING:
-    from tests.site import MultiHostSite
+from tests.site import MultiHostSite
 
 SITE_SEED = 20240601
 
@@ -60,7 +57,5 @@ async def etcd_server(tmp_path: Path) -> AsyncIterator[EtcdServer]:
 
 @pytest.fixture
 async def site() -> AsyncIterator[MultiHostSite]:
-    from tests.site import MultiHostSite  # only tests that use the site need its module
-
     async with MultiHostSite(seed=SITE_SEED) as started:
         yield started
