@@ -39,11 +39,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from jetcrawl.settings import Settings
-from registry.assignment import assign
 from registry.errors import RegistryError
 from registry.etcd import Change, Etcd, Listing
 from registry.keys import Keys
 from registry.ownership import ShardOwner
+from registry.plan import desired_shards, plan
 from registry.records import Claim, WorkerInfo
 from registry.view import ClusterView
 
@@ -178,6 +178,8 @@ class Registry:
             return
         self._closing = True
         try:
+            if not self._entered:
+                return
             if self._rebalancer is not None:  # its last pass revokes and releases every shard
                 self._view_changed.set()
                 await asyncio.wait([self._rebalancer])
@@ -194,10 +196,14 @@ class Registry:
 
     async def _register(self) -> None:
         lease = await self._etcd.grant_lease(self._settings.lease_ttl_s)
-        entry = await self._etcd.put(self._keys.worker(self.worker_id), self._info.to_wire(), lease)
-        self._lease, self._worker_fence = lease, entry.mod_revision
-        self._merge(Change.put(entry))
+        await self._put_worker_key(lease)
+        self._lease = lease
         log.info("%s registered with lease %x", self.worker_id, lease)
+
+    async def _put_worker_key(self, lease: int) -> None:
+        entry = await self._etcd.put(self._keys.worker(self.worker_id), self._info.to_wire(), lease)
+        self._worker_fence = entry.mod_revision
+        self._merge(Change.put(entry))
 
     async def _unregister(self, lease: int) -> None:
         try:
@@ -215,25 +221,22 @@ class Registry:
             asked = await _wait(self._check_lease, interval)
             self._check_lease.clear()
             lease = self._lease
-            assert lease is not None  # only this loop clears it, and sets it again before looping
+            assert lease is not None  # only this loop clears it, and returns if it stays None
             try:
                 ttl = await self._etcd.keep_alive(lease)
                 if ttl > 0 and asked and self.worker_id not in self._view.members:
                     log.warning(
                         "%s: worker key deleted under a live lease; putting it back", self.worker_id
                     )
-                    await self._register_key(lease)
+                    await self._put_worker_key(lease)
             except RegistryError as exc:
                 self._etcd_failed(exc)
                 continue
             self._etcd_answered()
             if ttl <= 0:
                 await self._recover_lost_lease(lease)
-
-    async def _register_key(self, lease: int) -> None:
-        entry = await self._etcd.put(self._keys.worker(self.worker_id), self._info.to_wire(), lease)
-        self._worker_fence = entry.mod_revision
-        self._merge(Change.put(entry))
+                if self._lease is None:
+                    return  # closing: no new lease
 
     async def _recover_lost_lease(self, lease: int) -> None:
         log.warning(
@@ -243,9 +246,11 @@ class Registry:
         )
         self._lease = None
         await self._stop_rebalancer()
-        self._owned.clear()
         await self._owner.on_lease_lost()
+        self._owned.clear()
         self._notify()
+        if self._closing:
+            return
         delay = RETRY_FIRST_S
         while True:
             try:
@@ -259,9 +264,11 @@ class Registry:
         self._start_rebalancer()
 
     def _etcd_failed(self, exc: RegistryError) -> None:
-        log.warning("%s: etcd did not answer, keeping our shards: %s", self.worker_id, exc)
         if self._outage_since is None:
+            log.warning("%s: etcd fails, keeping our shards meanwhile: %s", self.worker_id, exc)
             self._outage_since = time.monotonic()
+        else:
+            log.debug("%s: etcd still fails: %s", self.worker_id, exc)
         self._notify()
 
     def _etcd_answered(self) -> None:
@@ -290,9 +297,8 @@ class Registry:
                         self._view.watched_up_to(change.revision)
                 log.warning("%s: the watch ended; watching again", self.worker_id)
             except RegistryError as exc:
-                log.warning(
-                    "%s: the watch broke, listing again in %.1f s: %s", self.worker_id, delay, exc
-                )
+                level = logging.WARNING if delay == RETRY_FIRST_S else logging.DEBUG
+                log.log(level, "%s: the watch broke, will list again: %s", self.worker_id, exc)
             listing = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S, self._settings.keepalive_interval_s)
@@ -329,47 +335,53 @@ class Registry:
             self._rebalancer = None
 
     async def _rebalance(self) -> None:
+        """A pass whenever the view changes, and a reconcile every interval even if it does."""
         interval = self._settings.keepalive_interval_s
+        reconcile_at = time.monotonic() + interval
         while True:
             self._view_changed.clear()
             closing = self._closing
+            before = dict(self._owned)
             await self._rebalance_once(closing)
             if closing:
                 return
-            if not await _wait(self._view_changed, interval):
+            if self._owned != before:
+                continue  # a shard lost or released may be one to take (again) right away
+            await _wait(self._view_changed, reconcile_at - time.monotonic())
+            if time.monotonic() >= reconcile_at:
                 await self._reconcile()
+                reconcile_at = time.monotonic() + interval
 
     async def _rebalance_once(self, closing: bool) -> None:
         """One step towards the desired owners; on closing, towards owning nothing."""
         lease = self._lease
         assert lease is not None  # the rebalancer runs only while registered
-        me = self.worker_id
-        claims = self._view.claims
+        members = self._view.members
         if closing:
             desired: set[int] = set()
-        elif me not in self._view.members:
+        elif self.worker_id not in members:
             self._check_lease.set()  # our worker key is gone: is the lease?
             return
         else:
-            owners = assign(self._settings.shards, self._view.members)
-            desired = {shard for shard, worker in owners.items() if worker == me}
-        async with asyncio.TaskGroup() as steps:
-            for shard, fence in list(self._owned.items()):
-                held = claims.get(shard)
-                if held is None or held.fence != fence:
-                    steps.create_task(self._lose(shard))
-                elif shard not in desired:
-                    steps.create_task(self._release(shard, fence))
-            for shard, held in claims.items():
-                if shard in self._owned or held.worker != me or held.lease != lease:
-                    continue
-                # Ours in etcd but not here: a create whose answer was lost, or a failed delete.
-                if shard in desired:
-                    steps.create_task(self._take(shard, held.fence))
-                else:
-                    steps.create_task(self._delete_claim(shard, held.fence))
-            for shard in sorted(desired - self._owned.keys() - claims.keys()):
-                steps.create_task(self._acquire(shard, lease))
+            desired = desired_shards(self.worker_id, self._settings.shards, members)
+        step = plan(
+            me=self.worker_id,
+            lease=lease,
+            desired=desired,
+            owned=self._owned,
+            claims=self._view.claims,
+        )
+        async with asyncio.TaskGroup() as actions:
+            for shard in step.lose:
+                actions.create_task(self._lose(shard))
+            for shard, fence in step.release:
+                actions.create_task(self._release(shard, fence))
+            for shard, fence in step.take:
+                actions.create_task(self._take(shard, fence))
+            for shard, fence in step.delete:
+                actions.create_task(self._delete_claim(shard, fence))
+            for shard in step.acquire:
+                actions.create_task(self._acquire(shard, lease))
 
     async def _acquire(self, shard: int, lease: int) -> None:
         key = self._keys.shard(shard)

@@ -36,6 +36,7 @@ from registry import (
 )
 from registry.etcd import Change, Entry, Etcd, Listing
 from registry.keys import Keys
+from registry.plan import Plan, desired_shards, plan
 from registry.records import Claim
 from registry.view import ClusterView
 
@@ -230,6 +231,43 @@ async def test_lost_lease_stops_everything_then_rejoins(settings: Settings, etcd
         assert {kind for kind, _ in victim_owner.events[seen:]} == {"lease_lost", "acquired"}
 
 
+async def test_a_shard_key_deleted_by_hand_is_revoked_and_taken_again_with_a_newer_fence(
+    settings: Settings, etcd: Etcd
+) -> None:
+    keys = Keys(settings.cluster)
+    async with contextlib.AsyncExitStack() as stack:
+        reg, owner = await join(stack, settings, "w1")
+        await converged([reg], ["w1"])
+        old_fence = reg.owned[5]
+        seen = len(owner.events)
+
+        assert await etcd.delete_if(keys.shard(5), old_fence) is not None
+
+        await reg.wait_owned(
+            lambda owned: owned.get(5, old_fence) > old_fence, timeout_s=CONVERGE_S
+        )
+        assert owner.events[seen:] == [("revoke", 5), ("acquired", 5)]
+        assert owner.pulling == reg.owned
+
+
+async def test_a_worker_key_deleted_under_a_live_lease_is_put_back(
+    settings: Settings, etcd: Etcd
+) -> None:
+    keys = Keys(settings.cluster)
+    async with contextlib.AsyncExitStack() as stack:
+        (first, first_owner), (second, _) = [await join(stack, settings, i) for i in ("w1", "w2")]
+        await converged([first, second], ["w1", "w2"])
+        listing = await etcd.get_prefix(keys.worker("w1"))
+        (entry,) = listing.entries
+
+        assert await etcd.delete_if(entry.key, entry.mod_revision) is not None
+
+        await first.wait_for(lambda: "w1" not in first.members, timeout_s=CONVERGE_S)
+        await converged([first, second], ["w1", "w2"])
+        assert "w1" in await read_members(settings)
+        assert first_owner.lease_lost_at == []
+
+
 CHILD_WORKER = """
 import asyncio, sys
 from jetcrawl.settings import Settings
@@ -336,6 +374,20 @@ async def test_calls_fail_fast_when_etcd_is_down(
         async with Registry(settings, WorkerInfo.local("w1", capacity=1), RecordingOwner()):
             pass
     assert time.monotonic() - started < 2 * settings.etcd_timeout_s + 1
+
+
+async def test_close_while_etcd_is_down_still_revokes_every_shard(
+    settings: Settings, etcd_server: EtcdServer
+) -> None:
+    owner = RecordingOwner()
+    reg = Registry(settings, WorkerInfo.local("w1", capacity=1), owner)
+    async with reg:
+        await converged([reg], ["w1"])
+        await etcd_server.stop()
+        started = time.monotonic()
+    assert time.monotonic() - started < 2 * settings.etcd_timeout_s + 1
+    assert owner.pulling == {}
+    assert reg.owned == {}
 
 
 async def test_every_call_has_a_deadline_even_when_etcd_hangs(
@@ -463,3 +515,34 @@ def test_view_keeps_the_newest_state_of_each_key() -> None:
     view.apply(Change.put(Entry(keys.shard(99), b"{}", 23, 0)))  # beyond the shard count
     assert view.claims.keys() == {3}
     assert view.members == ()
+
+
+def test_plan_takes_free_shards_waits_for_held_ones_and_releases_the_rest() -> None:
+    claims = {
+        1: Claim("w2", lease=20, fence=11),  # held by the previous owner: wait
+        2: Claim("w1", lease=10, fence=12),  # owned here, still desired: keep
+        3: Claim("w1", lease=10, fence=13),  # owned here, desired elsewhere: release
+        4: Claim("w1", lease=10, fence=99),  # owned here at fence 14, rewritten since: lost
+        6: Claim("w1", lease=10, fence=16),  # ours in etcd, unknown here, desired: take
+        7: Claim("w1", lease=10, fence=17),  # ours in etcd, unknown here, not desired: delete
+        8: Claim("w1", lease=9, fence=18),  # a claim of our previous lease: goes with it
+    }
+    step = plan(
+        me="w1",
+        lease=10,
+        desired={0, 1, 2, 6, 8},
+        owned={2: 12, 3: 13, 4: 14, 5: 15},  # 5: its key is gone: lost
+        claims=claims,
+    )
+    assert step == Plan(
+        lose=(4, 5), release=((3, 13),), take=((6, 16),), delete=((7, 17),), acquire=(0,)
+    )
+    assert plan(me="w1", lease=10, desired=set(), owned={}, claims={}) == Plan()
+
+
+def test_desired_shards_follow_the_assignment() -> None:
+    members = ["w1", "w2", "w3"]
+    mine = [desired_shards(w, SHARDS, members) for w in members]
+    assert sorted(len(m) for m in mine) == [5, 5, 6]
+    assert set().union(*mine) == set(range(SHARDS))
+    assert desired_shards("w4", SHARDS, members) == set()
