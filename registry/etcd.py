@@ -220,7 +220,7 @@ class Etcd:
     # --- the boundary
 
     async def _call(self, operation: str, call: Awaitable[T]) -> T:
-        with translated(operation, self.timeout_s):
+        with _translated(operation, self.timeout_s):
             async with asyncio.timeout(self.timeout_s):
                 return await call
 
@@ -235,7 +235,7 @@ class _Changes:
         return self
 
     async def __anext__(self) -> Change:
-        with translated("watch", timeout_s=math.inf):
+        with _translated("watch", timeout_s=math.inf):
             event = await anext(self._events)
         entry = Entry.from_kv(event.kv)
         if event.kind == aetcd.EventKind.DELETE:
@@ -245,12 +245,12 @@ class _Changes:
     async def aclose(self) -> None:
         aclose = getattr(self._events, "aclose", None)
         if aclose is not None:
-            with translated("watch", timeout_s=math.inf):
+            with _translated("watch", timeout_s=math.inf):
                 await aclose()
 
 
 @contextlib.contextmanager
-def translated(operation: str, timeout_s: float) -> Iterator[None]:
+def _translated(operation: str, timeout_s: float) -> Iterator[None]:
     """Turn aetcd's and gRPC's exceptions (and our deadline) into the ``RegistryError`` tree."""
     try:
         yield

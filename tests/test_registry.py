@@ -220,6 +220,7 @@ async def test_lost_lease_stops_everything_then_rejoins(settings: Settings, etcd
 
         revoked_at = time.monotonic()
         assert await etcd.revoke_lease(old_lease)
+        assert not await etcd.revoke_lease(old_lease)  # etcd no longer knows it
 
         await victim.wait_for(lambda: bool(victim_owner.lease_lost_at), timeout_s=CONVERGE_S)
         assert victim_owner.lease_lost_at[0] - revoked_at < 1.0
