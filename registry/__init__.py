@@ -2,6 +2,7 @@
 
 assignment.py  assign(): quota-bounded rendezvous hashing, a pure function of the member list
 registry.py    Registry: registers this worker, keeps its lease, watches and rebalances shards
+plan.py        one rebalancing step, decided without I/O
 ownership.py   ShardOwner (the worker side the Registry drives), read_ownership()
 membership.py  read_members()
 records.py     WorkerInfo and the shard claim, as stored in etcd
