@@ -50,14 +50,18 @@ async def connect(settings: Settings, name: str) -> NATS:
     async def on_error(e: Exception) -> None:
         log.warning("nats error (%s): %r", name, e)
 
+    client: list[NATS] = []
+
     async def on_disconnect() -> None:
+        if client and (client[0].is_closed or client[0].is_draining):
+            return  # our own close()
         log.warning("nats disconnected (%s)", name)
 
     async def on_reconnect() -> None:
         log.info("nats reconnected (%s)", name)
 
     try:
-        return await nats.connect(
+        nc = await nats.connect(
             servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
             name=name,
             user=settings.nats_user or None,
@@ -73,6 +77,8 @@ async def connect(settings: Settings, name: str) -> NATS:
         )
     except (TimeoutError, NatsError, OSError) as e:
         raise BusError(f"cannot connect to NATS at {settings.nats_url}: {e!r}") from e
+    client.append(nc)
+    return nc
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,6 +383,7 @@ class Result:
     shard: int
     fence: int
     worker: str
+    attempt: int = 1  # JetStream's delivery count of the task when this record was made
     error: Failure | None = None
 
     def to_obj(self) -> dict[str, Any]:
@@ -406,6 +407,7 @@ class Result:
             "shard": self.shard,
             "fence": self.fence,
             "worker": self.worker,
+            "attempt": self.attempt,
             "error": (
                 None
                 if self.error is None
@@ -443,6 +445,7 @@ class Result:
             shard=_field(obj, "shard", int),
             fence=_field(obj, "fence", int),
             worker=_field(obj, "worker", str),
+            attempt=_field(obj, "attempt", int, optional=True) or 1,
             error=(
                 None
                 if error_obj is None

@@ -1,0 +1,237 @@
+"""The ``jetcrawl`` command: the composition root of every service.
+
+jetcrawl topology    print the JetStream definitions for the nats CLI
+jetcrawl dispatcher  run a dispatcher (frontier -> sharded tasks)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jetcrawl import __version__
+from jetcrawl.errors import JetcrawlError
+from jetcrawl.settings import Settings
+
+log = logging.getLogger("jetcrawl")
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _connection_flags(p: argparse.ArgumentParser, etcd: bool = False) -> None:
+    p.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+    if etcd:
+        p.add_argument("--etcd", dest="etcd_url", help="etcd endpoint, http://host:port")
+        p.add_argument("--cluster", help="name of this crawl cluster in etcd")
+    p.add_argument("--shards", type=int, help="shard count (fixed when the topology is created)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jetcrawl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"jetcrawl {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("topology", help="print stream and consumer definitions as JSON")
+    p.add_argument("--shards", type=int, help="shard count")
+    p.add_argument(
+        "--write",
+        metavar="DIR",
+        type=Path,
+        help="write one --config file per stream and consumer into DIR and print the nats commands",
+    )
+
+    p = sub.add_parser("dispatcher", help="run a dispatcher")
+    _connection_flags(p)
+
+    p = sub.add_parser("worker", help="run a worker")
+    _connection_flags(p, etcd=True)
+    p.add_argument("--id", dest="worker_id", help="worker id (default: host-pid-random)")
+    p.add_argument("--concurrency", type=int, help="tasks in flight at most")
+    _crawl_limits(p)
+
+    p = sub.add_parser("crawl", help="crawl on one machine and write the results")
+    p.add_argument("seeds", nargs="+", metavar="SEED", help="start URL(s)")
+    _connection_flags(p, etcd=True)
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--concurrency", type=int, help="tasks in flight per worker")
+    p.add_argument("--max-pages", dest="max_pages", type=int, help="stop admitting URLs after N")
+    p.add_argument("--max-depth", dest="max_depth", type=int, help="link depth from the seeds")
+    p.add_argument("--scope", choices=["host", "domain", "any"], help="default: host")
+    p.add_argument("--job", help="job name for the seeds (default: default)")
+    p.add_argument("--output", type=Path, help="write one JSON line per result here")
+    _crawl_limits(p)
+    return parser
+
+
+def _crawl_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-net",
+        dest="allow_nets",
+        action="append",
+        metavar="CIDR",
+        help="let the crawl reach this private or loopback network (repeatable)",
+    )
+
+
+FLAG_SETTINGS = (
+    "nats_url",
+    "etcd_url",
+    "cluster",
+    "shards",
+    "worker_id",
+    "concurrency",
+    "max_pages",
+)
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    flags = {n: getattr(args, n) for n in FLAG_SETTINGS if getattr(args, n, None) is not None}
+    if getattr(args, "allow_nets", None):
+        flags["allow_nets"] = tuple(args.allow_nets)
+    return Settings.from_env(**flags, **extra)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from jetcrawl.topology import as_cli_json
+
+    doc = as_cli_json(settings_from(args))
+    if args.write is None:
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    out: Path = args.write
+    out.mkdir(parents=True, exist_ok=True)
+    for name, config in doc["streams"].items():
+        path = out / f"stream-{name}.json"
+        path.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+        print(f"nats stream add {name} --config {path}")
+    for entry in doc["consumers"].values():
+        stream, name = entry["stream"], entry["config"]["durable_name"]
+        path = out / f"consumer-{stream}-{name}.json"
+        path.write_bytes(orjson.dumps(entry["config"], option=orjson.OPT_INDENT_2))
+        print(f"nats consumer add {stream} {name} --config {path}")
+    return 0
+
+
+async def run_dispatcher(settings: Settings) -> None:
+    from dispatcher import Dispatcher
+
+    async with Dispatcher(settings) as dispatcher:
+        _on_signals(dispatcher.stop)
+        log.info("dispatcher running (nats %s, %d shards)", settings.nats_url, settings.shards)
+        await dispatcher.run()
+    log.info("dispatcher stopped: %s", dispatcher.stats)
+
+
+async def run_worker(settings: Settings) -> None:
+    from registry import Registry, WorkerInfo
+    from worker import Worker
+
+    worker_id = settings.worker_id or default_worker_id()
+    stopping = asyncio.Event()
+    async with Worker(settings, worker_id) as worker, asyncio.TaskGroup() as tg:
+        tg.create_task(worker.run())
+        await worker.wait_running()
+        info = WorkerInfo.local(worker_id, capacity=settings.concurrency)
+        async with Registry(settings, info, worker):
+            _on_signals(stopping.set)
+            log.info("worker %s running (etcd %s)", worker_id, settings.etcd_url)
+            await stopping.wait()
+            log.info("worker %s stopping: releasing shards", worker_id)
+        worker.stop()  # the registry has drained and released every shard and revoked the lease
+    log.info("worker %s stopped: %s", worker_id, worker.stats)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.crawl import CrawlRequest, crawl
+
+    request = CrawlRequest(
+        seeds=tuple(args.seeds),
+        workers=args.workers,
+        output=args.output,
+        max_depth=args.max_depth,
+        scope=args.scope,
+        job=args.job,
+    )
+    task = asyncio.current_task()
+    assert task is not None
+    _on_signals(task.cancel)
+    try:
+        summary = await crawl(settings, request)
+    except asyncio.CancelledError:
+        print("jetcrawl: interrupted; every service was stopped", file=sys.stderr)
+        return 130
+    print(summary.line())
+    if args.output:
+        print(f"results written to {args.output}")
+    return 0
+
+
+# ---------------------------------------------------------------- plumbing
+
+
+def _on_signals(stop: Callable[[], object]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+def run_async(main: Callable[[], Awaitable[Any]]) -> Any:
+    try:
+        import uvloop
+
+        return uvloop.run(main())  # type: ignore[arg-type]
+    except ImportError:
+        return asyncio.run(main())  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "topology":
+            return cmd_topology(args)
+        if args.command == "dispatcher":
+            settings = settings_from(args)
+            run_async(lambda: run_dispatcher(settings))
+            return 0
+        if args.command == "worker":
+            settings = settings_from(args)
+            run_async(lambda: run_worker(settings))
+            return 0
+        if args.command == "crawl":
+            settings = settings_from(args)
+            return int(run_async(lambda: run_crawl(settings, args)))
+    except JetcrawlError as e:
+        print(f"jetcrawl: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

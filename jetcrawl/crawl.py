@@ -1,0 +1,293 @@
+"""``jetcrawl crawl``: a whole crawl on one machine.
+
+Starts nats-server and etcd from their wheels in a temporary directory (unless URLs of running
+ones are given), creates the topology, publishes the seeds, runs one dispatcher and N worker
+processes (``python -m jetcrawl dispatcher|worker``: the very services compose runs), streams the
+results into the output file as they arrive, shows progress, and stops when the crawl is drained
+(:mod:`jetcrawl.drain`). Every child is stopped on the way out, on success, error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import orjson
+from nats.js import JetStreamContext
+
+from jetcrawl.bus import connect
+from jetcrawl.drain import Snapshot, snapshot
+from jetcrawl.embedded import EtcdServer, NatsServer
+from jetcrawl.errors import JetcrawlError
+from jetcrawl.settings import Settings
+from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY_S = 0.5
+COLLECT_EVERY_S = 0.25
+PROGRESS_LOG_EVERY_S = 5.0
+CHILD_STOP_TIMEOUT_S = 30.0
+
+
+class CrawlFailed(JetcrawlError):
+    """A service of the local crawl died or could not start."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlRequest:
+    seeds: tuple[str, ...]
+    workers: int
+    output: Path | None
+    max_depth: int | None = None
+    scope: str | None = None
+    job: str | None = None
+
+
+@dataclass(slots=True)
+class Summary:
+    results: int = 0
+    duplicates: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+    by_status_class: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        rate = self.results / self.seconds if self.seconds else 0.0
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.by_outcome.items()))
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.by_status_class.items()))
+        return (
+            f"crawled {self.results} URLs in {self.seconds:.1f} s ({rate:.1f}/s); "
+            f"{outcomes}; status {statuses or '-'}; dead letters {self.dead_letters}; "
+            f"duplicate results {self.duplicates}"
+        )
+
+
+async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
+    started = time.monotonic()
+    async with AsyncExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
+        settings = await _servers(stack, settings, workdir)
+        nc = await connect(settings, "jetcrawl-crawl")
+        stack.push_async_callback(nc.close)
+        js = nc.jetstream()
+        await ensure(js, settings)
+        first_result = (await js.stream_info(RESULTS_STREAM)).state.last_seq + 1
+        for seed in request.seeds:
+            await js.publish(SEEDS, _seed_body(seed, request))
+
+        children = await stack.enter_async_context(_children(settings, request.workers, workdir))
+        output = stack.enter_context(_open_output(request.output))
+        collector = ResultCollector(js, first_result, output)
+        async with asyncio.TaskGroup() as tg:
+            following = tg.create_task(collector.follow())
+            await _wait_drained(js, settings, children, collector.summary, started)
+            following.cancel()
+        await collector.read_available()  # drained: the stream holds every result now
+        collector.summary.seconds = time.monotonic() - started
+        return collector.summary
+
+
+def _seed_body(seed: str, request: CrawlRequest) -> bytes:
+    obj: dict[str, object] = {"url": seed}
+    if request.max_depth is not None:
+        obj["max_depth"] = request.max_depth
+    if request.scope is not None:
+        obj["scope"] = request.scope
+    if request.job is not None:
+        obj["job"] = request.job
+    return orjson.dumps(obj)
+
+
+async def _servers(stack: AsyncExitStack, settings: Settings, workdir: Path) -> Settings:
+    changes: dict[str, str] = {}
+    if settings.nats_url == Settings().nats_url:
+        nats_server = await stack.enter_async_context(NatsServer(workdir / "nats"))
+        changes["nats_url"] = nats_server.url
+        log.info("started nats-server at %s", nats_server.url)
+    if settings.etcd_url == Settings().etcd_url:
+        etcd = await stack.enter_async_context(EtcdServer(workdir / "etcd"))
+        changes["etcd_url"] = etcd.url
+        log.info("started etcd at %s", etcd.url)
+    return settings.replace(**changes)
+
+
+@dataclass(slots=True)
+class Children:
+    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def check(self) -> None:
+        for proc, log_path in zip(self.procs, self.logs, strict=True):
+            if proc.returncode is not None:
+                raise CrawlFailed(
+                    f"{log_path.stem} exited early with code {proc.returncode}; "
+                    f"its log ends:\n{_tail(log_path)}"
+                )
+
+    async def spawn(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.procs.append(await _spawn(command, env, log_path))
+        self.logs.append(log_path)
+
+
+@asynccontextmanager
+async def _children(settings: Settings, workers: int, workdir: Path) -> AsyncIterator[Children]:
+    env = {**os.environ, **settings.to_env()}
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    base = [sys.executable, "-m", "jetcrawl", "--log-level", str(level)]
+    children = Children()
+    try:
+        await children.spawn([*base, "dispatcher"], env, workdir / "dispatcher.log")
+        for n in range(workers):
+            worker_env = {**env, "JETCRAWL_WORKER_ID": f"local-{n + 1}"}
+            await children.spawn([*base, "worker"], worker_env, workdir / f"worker-{n + 1}.log")
+        yield children
+    finally:
+        await _stop_all(children.procs)
+
+
+async def _spawn(
+    command: list[str], env: dict[str, str], log_path: Path
+) -> asyncio.subprocess.Process:
+    log_file = _create(log_path)
+    try:
+        return await asyncio.create_subprocess_exec(
+            *command, env=env, stdout=log_file, stderr=asyncio.subprocess.STDOUT
+        )
+    finally:
+        log_file.close()  # the child holds its own descriptor
+
+
+def _create(path: Path) -> IO[bytes]:
+    return path.open("wb")
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+async def _stop_all(procs: Sequence[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    waits = [asyncio.wait_for(proc.wait(), CHILD_STOP_TIMEOUT_S) for proc in procs]
+    for proc, outcome in zip(
+        procs, await asyncio.gather(*waits, return_exceptions=True), strict=True
+    ):
+        if isinstance(outcome, TimeoutError):
+            log.warning("pid %d did not stop in time; killing it", proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+@contextlib.contextmanager
+def _open_output(path: Path | None) -> Iterator[IO[bytes] | None]:
+    if path is None:
+        yield None
+        return
+    with open(path, "wb") as f:
+        yield f
+
+
+class ResultCollector:
+    """Reads CRAWL_RESULTS from a start sequence; writes each URL's first record once."""
+
+    def __init__(self, js: JetStreamContext, first: int, output: IO[bytes] | None) -> None:
+        self._js = js
+        self._next = first
+        self._output = output
+        self._seen: set[str] = set()
+        self.summary = Summary()
+
+    async def follow(self) -> None:
+        """Keep reading as results arrive, until cancelled."""
+        while True:
+            await self.read_available()
+            await asyncio.sleep(COLLECT_EVERY_S)
+
+    async def read_available(self) -> None:
+        info = await self._js.stream_info(RESULTS_STREAM)
+        while self._next <= info.state.last_seq:
+            msg = await self._js.get_msg(RESULTS_STREAM, self._next)
+            self._next += 1
+            self._record(msg.data or b"")
+
+    def _record(self, data: bytes) -> None:
+        obj = orjson.loads(data)
+        fp = obj.get("fp")
+        if fp in self._seen:
+            self.summary.duplicates += 1
+            return
+        self._seen.add(fp)
+        summary = self.summary
+        summary.results += 1
+        outcome = obj.get("outcome", "?")
+        summary.by_outcome[outcome] = summary.by_outcome.get(outcome, 0) + 1
+        status = obj.get("status")
+        if isinstance(status, int):
+            key = f"{status // 100}xx"
+            summary.by_status_class[key] = summary.by_status_class.get(key, 0) + 1
+        if self._output is not None:
+            self._output.write(data + b"\n")
+
+
+async def _wait_drained(
+    js: JetStreamContext, settings: Settings, children: Children, summary: Summary, started: float
+) -> None:
+    progress = Progress(sys.stderr)
+    previous: Snapshot | None = None
+    while True:
+        children.check()
+        current = await snapshot(js, settings.shards)
+        summary.dead_letters = current.dead
+        progress.show(current, summary, time.monotonic() - started)
+        if current.settled_after(previous):
+            progress.done()
+            return
+        previous = current
+        await asyncio.sleep(SNAPSHOT_EVERY_S)
+
+
+class Progress:
+    """One updating line on a terminal; a log line every few seconds otherwise."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._last_log = 0.0
+
+    def show(self, snap: Snapshot, summary: Summary, elapsed: float) -> None:
+        rate = summary.results / elapsed if elapsed > 0 else 0.0
+        errors = summary.by_outcome.get("failed", 0)
+        text = (
+            f"pages {summary.results}  backlog {snap.task_backlog + snap.frontier_backlog}  "
+            f"rate {rate:.1f}/s  errors {errors}  dead {snap.dead}"
+        )
+        if self._tty:
+            self._stream.write(f"\r\x1b[K{text}")
+            self._stream.flush()
+        elif elapsed - self._last_log >= PROGRESS_LOG_EVERY_S:
+            self._last_log = elapsed
+            log.info("progress: %s", text)
+
+    def done(self) -> None:
+        if self._tty:
+            self._stream.write("\n")
+            self._stream.flush()

@@ -1,0 +1,62 @@
+"""The worker's global concurrency limit, shared by every shard's pull loop.
+
+A pull loop only asks JetStream for more tasks while a slot is free, sized to the free slots,
+and takes one slot per task before starting it; the task gives it back when finished. So tasks
+in flight never exceed ``limit``; a loop that fetched while another filled the slots holds its
+few fetched tasks until slots free up (at most one fetch batch per shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Capacity:
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._used = 0
+        self._free = asyncio.Event()
+        self._free.set()
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def in_flight(self) -> int:
+        return self._used
+
+    @property
+    def free_slots(self) -> int:
+        return self._limit - self._used
+
+    async def wait_free(self, unless: asyncio.Event) -> bool:
+        """Wait until a slot is free (True) or ``unless`` is set (False)."""
+        while not self._free.is_set():
+            if unless.is_set():
+                return False
+            waiters = [
+                asyncio.ensure_future(self._free.wait()),
+                asyncio.ensure_future(unless.wait()),
+            ]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+        return not unless.is_set()
+
+    async def take(self, unless: asyncio.Event) -> bool:
+        """Take one slot, waiting for it; False (nothing taken) if ``unless`` is set first."""
+        while self._used >= self._limit:
+            if not await self.wait_free(unless):
+                return False
+        self._used += 1
+        if self._used >= self._limit:
+            self._free.clear()
+        return True
+
+    def release(self) -> None:
+        self._used -= 1
+        assert self._used >= 0, "released more slots than taken"
+        self._free.set()

@@ -1,0 +1,143 @@
+"""The worker: owns shards handed to it by the registry and crawls their tasks.
+
+It implements the registry's ``ShardOwner`` protocol: ``on_acquired`` starts a pull loop for the
+shard, ``on_revoke`` stops it and waits for its in-flight tasks (under ``drain_deadline_s``), and
+``on_lease_lost`` stops every pull loop at once. All pull loops are tasks of the TaskGroup that
+``run()`` holds open, so nothing outlives the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from jetcrawl.bus import Outbox, connect
+from jetcrawl.settings import Settings
+from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer
+from worker.capacity import Capacity
+from worker.crawl import CrawlStats, Ownership, TaskProcessor
+from worker.fetcher import Fetcher
+from worker.robots import Robots
+from worker.shards import ShardPuller
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """Async context manager (connections); ``run()`` crawls until ``stop()``."""
+
+    def __init__(self, settings: Settings, worker_id: str) -> None:
+        # identity and configuration
+        self._settings = settings
+        self.worker_id = worker_id
+        # connections and components, set by start()
+        self._resources = AsyncExitStack()
+        self._nc: NATS | None = None
+        self._js: JetStreamContext | None = None
+        self._processor: TaskProcessor | None = None
+        # shards and capacity
+        self._capacity = Capacity(settings.concurrency)
+        self._pullers: dict[int, tuple[ShardPuller, asyncio.Task[None]]] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        # lifecycle
+        self._running = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        self._nc = await connect(self._settings, f"jetcrawl-worker-{self.worker_id}")
+        self._resources.push_async_callback(self._nc.close)
+        self._js = self._nc.jetstream()
+        await ensure(self._js, self._settings)
+        fetcher = await self._resources.enter_async_context(Fetcher(self._settings))
+        robots = Robots(self._settings, fetcher)
+        self._processor = TaskProcessor(
+            self._settings, self.worker_id, Outbox(self._nc), fetcher, robots
+        )
+
+    async def run(self) -> None:
+        """Hold the TaskGroup of all pull loops until ``stop()``, then drain them."""
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            self._running.set()
+            await self._stopping.wait()
+            for puller, _ in self._pullers.values():
+                puller.stop()
+        self._tg = None
+
+    async def wait_running(self) -> None:
+        await self._running.wait()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stop()
+        await self._resources.aclose()
+
+    @property
+    def stats(self) -> CrawlStats:
+        assert self._processor is not None
+        return self._processor.stats
+
+    @property
+    def shards(self) -> frozenset[int]:
+        return frozenset(self._pullers)
+
+    @property
+    def in_flight(self) -> int:
+        return self._capacity.in_flight
+
+    # ------------------------------------------------------------------ ShardOwner
+
+    async def on_acquired(self, shard: int, fence: int) -> None:
+        await self._running.wait()
+        assert self._js is not None and self._processor is not None and self._tg is not None
+        if shard in self._pullers or self._stopping.is_set():
+            return
+        sub = await self._js.pull_subscribe_bind(durable=shard_consumer(shard), stream=TASKS_STREAM)
+        puller = ShardPuller(Ownership(shard, fence), sub, self._capacity, self._processor.process)
+        self._pullers[shard] = (puller, self._tg.create_task(puller.run()))
+        log.info("worker %s owns shard %d (fence %d)", self.worker_id, shard, fence)
+
+    async def on_revoke(self, shard: int) -> None:
+        entry = self._pullers.pop(shard, None)
+        if entry is None:
+            return
+        puller, task = entry
+        puller.stop()
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(puller.done.wait()), self._settings.drain_deadline_s
+            )
+        except TimeoutError:
+            log.warning(
+                "shard %d did not drain in %.0f s; cancelling",
+                shard,
+                self._settings.drain_deadline_s,
+            )
+            task.cancel()
+            await puller.done.wait()
+        log.info("worker %s released shard %d", self.worker_id, shard)
+
+    async def on_lease_lost(self) -> None:
+        log.warning("worker %s lost its lease: stopping all pulls", self.worker_id)
+        for puller, _ in self._pullers.values():
+            puller.abandon()
+        self._pullers.clear()

@@ -1,0 +1,94 @@
+"""One owned shard: a pull loop on its ``shard-<n>`` consumer.
+
+It fetches only while the worker has a free slot, as many tasks as there are free slots
+(:mod:`worker.capacity`), and takes a slot for each task before starting it. Each message
+becomes a task in the puller's own TaskGroup, so "drained" means the group has exited. Stopping
+is graceful by default — stop fetching, finish what was fetched — which hands a shard over with
+no redelivery; ``abandon()`` (lease lost) stops fetching and hands back what was not started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from worker.capacity import Capacity
+from worker.crawl import Ownership
+
+log = logging.getLogger(__name__)
+
+PULL_WAIT_S = 0.5
+MAX_BATCH = 64
+RETRY_PAUSE_S = 0.5
+
+
+class ShardPuller:
+    def __init__(
+        self,
+        owner: Ownership,
+        sub: JetStreamContext.PullSubscription,
+        capacity: Capacity,
+        process: Callable[[Msg, Ownership], Awaitable[None]],
+    ) -> None:
+        self.owner = owner
+        self._sub = sub
+        self._capacity = capacity
+        self._process = process
+        self._stopping = asyncio.Event()
+        self._abandoned = asyncio.Event()
+        self.done = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop fetching; what was fetched is still crawled."""
+        self._stopping.set()
+
+    def abandon(self) -> None:
+        """Stop fetching at once; fetched tasks not yet started are handed back."""
+        self._abandoned.set()
+        self._stopping.set()
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                while await self._capacity.wait_free(unless=self._stopping):
+                    for msg in await self._pull(min(MAX_BATCH, self._capacity.free_slots)):
+                        if await self._capacity.take(unless=self._abandoned):
+                            tg.create_task(self._run_one(msg))
+                        else:
+                            await msg.nak()  # lease lost: the next owner takes it at once
+        finally:
+            try:
+                await self._sub.unsubscribe()
+            except NatsError as e:
+                log.debug("unsubscribe of shard %d failed: %r", self.owner.shard, e)
+            self.done.set()
+
+    async def _pull(self, batch: int) -> list[Msg]:
+        try:
+            return await self._sub.fetch(max(1, batch), timeout=PULL_WAIT_S)
+        except TimeoutError:
+            return []  # idle shard (nats-py raises a TimeoutError subclass too)
+        except NatsError as e:
+            log.warning("pull on shard %d failed: %r", self.owner.shard, e)
+            await self._pause()
+            return []
+
+    async def _run_one(self, msg: Msg) -> None:
+        try:
+            await self._process(msg, self.owner)
+        except NatsError as e:
+            # The ack or nak did not reach the server: JetStream redelivers after AckWait.
+            log.warning("task on shard %d left unacknowledged: %r", self.owner.shard, e)
+        finally:
+            self._capacity.release()
+
+    async def _pause(self) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), RETRY_PAUSE_S)
+        except TimeoutError:
+            return
