@@ -384,6 +384,7 @@ class Result:
     fence: int
     worker: str
     attempt: int = 1  # JetStream's delivery count of the task when this record was made
+    redirect_to: str | None = None  # a redirect's canonical target (a record of its own)
     error: Failure | None = None
 
     def to_obj(self) -> dict[str, Any]:
@@ -408,6 +409,7 @@ class Result:
             "fence": self.fence,
             "worker": self.worker,
             "attempt": self.attempt,
+            "redirect_to": self.redirect_to,
             "error": (
                 None
                 if self.error is None
@@ -446,6 +448,7 @@ class Result:
             fence=_field(obj, "fence", int),
             worker=_field(obj, "worker", str),
             attempt=_field(obj, "attempt", int, optional=True) or 1,
+            redirect_to=_field(obj, "redirect_to", str, optional=True),
             error=(
                 None
                 if error_obj is None

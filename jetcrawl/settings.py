@@ -104,7 +104,10 @@ class Settings:
     read_timeout_s: float = 20.0
     total_timeout_s: float = 60.0
     max_body_bytes: int = 10 * 1024 * 1024
-    max_redirects: int = 10
+    max_redirects: int = 10  # when follow_redirects
+    # Off: a redirect is a record of its own and its target a new URL for the frontier, fetched
+    # by the target host's owner under that host's politeness, and never fetched twice.
+    follow_redirects: bool = False
     allow_nets: tuple[str, ...] = ()
 
     # --- observability

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import NoKeysError, NotFoundError
+from nats.js.errors import NotFoundError
+
+from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +40,9 @@ async def stored(js: JetStreamContext, stream: str) -> list[Stored]:
 
 
 async def seen_keys(js: JetStreamContext) -> set[str]:
-    kv = await js.key_value("crawl_seen")
-    try:
-        return set(await kv.keys())
-    except NoKeysError:
-        return set()
+    """The fingerprints in KV crawl_seen (read from the stream's subjects: no watcher race)."""
+    info = await js.stream_info(SEEN_STREAM, subjects_filter=f"{SEEN_SUBJECT_PREFIX}>")
+    return {subject[len(SEEN_SUBJECT_PREFIX) :] for subject in (info.state.subjects or {})}
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:

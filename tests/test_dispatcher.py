@@ -223,9 +223,8 @@ async def test_two_dispatchers_fed_the_same_seeds_admit_each_url_once(
     bodies = ["\n".join(urls[i : i + 10]).encode() for i in range(0, len(urls), 10)]
     async with running(settings) as one, running(settings) as two:
         for body in bodies:  # every seed list twice, interleaved
-            await nc.publish(SEEDS, body)
-            await nc.publish(SEEDS, body)
-        await nc.flush()  # stored before we look at the consumer
+            await js.publish(SEEDS, body)  # stored when acked: the consumer counts it
+            await js.publish(SEEDS, body)
         await _wait_drained(js)
         assert one.stats.messages > 0 and two.stats.messages > 0, "both took part"
     tasks = await tasks_by_url(js)  # asserts one task per URL
@@ -297,8 +296,7 @@ async def test_crash_between_seen_mark_and_task_loses_nothing(
     url = nats_server.url  # type: ignore[attr-defined]
     urls = [f"https://h{i % 5}.example/p{i}" for i in range(200)]
     await ensure(js, settings_for(url))
-    await nc.publish(SEEDS, "\n".join(urls).encode())
-    await nc.flush()
+    await js.publish(SEEDS, "\n".join(urls).encode())
     crashing = _spawn_dispatcher(url, JETCRAWL_FAULT="dispatcher.after_seen")
     assert await _wait_exit(crashing) == 137
     assert await seen_keys(js) == {fingerprint(u) for u in urls}, "marks made, then the crash"
@@ -320,8 +318,7 @@ async def test_kill_9_mid_batch_then_restart_every_admitted_url_has_one_task(
     await ensure(js, settings_for(url))
     urls = [f"https://h{i % 11}.example/p{i}" for i in range(6000)]
     for i in range(0, len(urls), 20):
-        await nc.publish(SEEDS, "\n".join(urls[i : i + 20]).encode())
-    await nc.flush()
+        await js.publish(SEEDS, "\n".join(urls[i : i + 20]).encode())
     proc = _spawn_dispatcher(url)
 
     async def some_tasks_out() -> bool:
@@ -351,9 +348,8 @@ async def test_max_pages_holds_across_dispatchers_with_zero_overshoot(
     urls = [f"https://h{i % 5}.example/p{i}" for i in range(400)]
     async with running(settings) as one, running(settings) as two:
         for i in range(0, len(urls), 4):
-            await nc.publish(SEEDS, "\n".join(urls[i : i + 4]).encode())
-        await nc.publish(SEEDS, b'{"url": "https://other.example/", "job": "other"}')
-        await nc.flush()
+            await js.publish(SEEDS, "\n".join(urls[i : i + 4]).encode())  # stored when acked
+        await js.publish(SEEDS, b'{"url": "https://other.example/", "job": "other"}')
         await _wait_drained(js)
         assert one.stats.over_limit + two.stats.over_limit == len(urls) - 25
     tasks = await tasks_by_url(js)

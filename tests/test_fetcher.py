@@ -40,9 +40,9 @@ async def fetcher() -> AsyncIterator[Fetcher]:
         yield f
 
 
-async def fetch_error(fetcher: Fetcher, url: str) -> FetchError:
+async def fetch_error(fetcher: Fetcher, url: str, follow_redirects: bool = True) -> FetchError:
     with pytest.raises(FetchError) as caught:
-        await fetcher.fetch(url)
+        await fetcher.fetch(url, follow_redirects=follow_redirects)
     return caught.value
 
 
@@ -144,6 +144,21 @@ async def test_redirect_chain_is_recorded_canonically(badsite: BadSite, fetcher:
     assert got.final_url == badsite.url("/page.html")
     assert got.url == badsite.url("/r1")
     assert (got.status, got.body) == (200, HTML)
+
+
+async def test_unfollowed_redirect_is_the_answer_with_its_canonical_target(
+    badsite: BadSite, fetcher: Fetcher
+) -> None:
+    badsite.add("/page.html", HTML)
+    badsite.redirect("/r1", "./page.html?utm_source=mail#top", status=301)
+    got = await fetcher.fetch(badsite.url("/r1"), follow_redirects=False)
+    assert (got.status, got.redirects, got.body) == (301, (), b"")
+    assert got.location == badsite.url("/page.html")
+    assert got.final_url == badsite.url("/r1")
+    assert "/page.html" not in badsite.hits, "the target is not fetched"
+    badsite.redirect("/away", "javascript:alert(1)", status=302)
+    error = await fetch_error(fetcher, badsite.url("/away"), follow_redirects=False)
+    assert error.kind == "bad_redirect"
 
 
 async def test_a_redirect_loop_is_too_many_redirects(badsite: BadSite, fetcher: Fetcher) -> None:

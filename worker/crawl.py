@@ -95,7 +95,9 @@ class TaskProcessor:
             await self._finish(msg, result, None)
             return
         try:
-            fetched = await self._fetcher.fetch(task.url)
+            fetched = await self._fetcher.fetch(
+                task.url, follow_redirects=self._settings.follow_redirects
+            )
         except FetchError as e:
             delay = retry_delay(delivered, self._settings.task_max_deliver, e.transient)
             if delay is not None:
@@ -115,12 +117,20 @@ class TaskProcessor:
     # ------------------------------------------------------------------ building records
 
     def _discovered(self, task: Task, fetched: Fetched, page: Page | None) -> Discovered | None:
+        """The page's links one level deeper, or a redirect's target at the same depth."""
         lineage = task.lineage
+        if fetched.location is not None:
+            # A redirect hop is not a link: its target keeps the source's depth.
+            if fetched.location == task.url or not in_scope(
+                fetched.location, lineage.scope, lineage.root
+            ):
+                return None
+            return Discovered(task.url, task.fp, task.depth, lineage, (fetched.location,))
         if task.depth + 1 > lineage.max_depth:
             return None
         candidates: list[str] = []
         if fetched.final_url != task.url:
-            candidates.append(fetched.final_url)  # the redirect target gets its own record
+            candidates.append(fetched.final_url)  # a followed redirect's target: its own record
         if page is not None:
             candidates.extend(page.links)
         links = tuple(
@@ -164,6 +174,7 @@ class TaskProcessor:
             fence=owner.fence,
             worker=self._worker_id,
             attempt=attempt,
+            redirect_to=fetched.location if fetched else None,
         )
 
     def _failure(

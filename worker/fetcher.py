@@ -85,6 +85,7 @@ class Fetched:
     length: int  # len(body) when read; else the Content-Length if given, else 0
     fetched_at: float  # epoch seconds when the first request started
     elapsed_ms: float  # from the first request to the end of the body
+    location: str | None = None  # canonical redirect target, when redirects are not followed
 
     @property
     def is_html(self) -> bool:
@@ -170,11 +171,19 @@ class Fetcher:
             total=total_s, sock_connect=self._connect_timeout_s, sock_read=self._read_timeout_s
         )
 
-    async def fetch(self, url: str) -> Fetched:
-        """GET ``url`` (canonical), following redirects; the body is read only for 2xx HTML."""
+    async def fetch(self, url: str, *, follow_redirects: bool = True) -> Fetched:
+        """GET ``url`` (canonical); the body is read only for 2xx HTML.
+
+        With ``follow_redirects=False`` a redirect is the answer: its canonical target is
+        ``location`` (a Location that is no acceptable URL is ``bad_redirect``).
+        """
         fetched_at = time.time()
         started = time.perf_counter()
-        async with self._follow(url, self._max_redirects) as (response, final_url, redirects):
+        max_redirects = self._max_redirects if follow_redirects else None
+        async with self._follow(url, max_redirects) as (response, final_url, redirects):
+            location = None
+            if response.status in REDIRECT_STATUSES and "Location" in response.headers:
+                location = self._redirect_target(final_url, response.headers["Location"])
             content_type, charset = media_type(response.headers.get("Content-Type", ""))
             declared = content_length(response.headers)
             body = b""
@@ -199,6 +208,7 @@ class Fetcher:
             length=length,
             fetched_at=fetched_at,
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
+            location=location,
         )
 
     async def get_text(self, url: str, max_bytes: int) -> tuple[int, str, tuple[str, ...]]:
@@ -222,11 +232,12 @@ class Fetcher:
 
     @asynccontextmanager
     async def _follow(
-        self, url: str, max_redirects: int
+        self, url: str, max_redirects: int | None
     ) -> AsyncIterator[tuple[aiohttp.ClientResponse, str, tuple[str, ...]]]:
         """The final response of ``url``'s redirect chain, with its URL and the chain before it.
 
-        The response is released when the context exits; every intermediate one at once.
+        ``max_redirects=None`` follows none: the first response is the final one. The response
+        is released when the context exits; every intermediate one at once.
         """
         session = self._open()
         deadline = asyncio.get_running_loop().time() + self._total_timeout_s
@@ -235,7 +246,7 @@ class Fetcher:
         while True:
             response = await self._send(session, current, deadline)
             location = response.headers.get("Location")
-            if response.status not in REDIRECT_STATUSES or location is None:
+            if max_redirects is None or response.status not in REDIRECT_STATUSES or not location:
                 break
             response.release()
             target = self._redirect_target(current, location)

@@ -1,0 +1,168 @@
+"""A crawl mesh for tests: the real services as processes against real servers.
+
+``Mesh`` runs ``python -m jetcrawl dispatcher`` and ``python -m jetcrawl worker`` processes (the
+commands compose runs) against a test's nats-server and etcd, with timings shrunk through
+``JETCRAWL_*`` settings, and reads back what they did: ownership from etcd, results from
+``CRAWL_RESULTS``, drained-ness from :mod:`jetcrawl.drain`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import orjson
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from jetcrawl.drain import Snapshot, snapshot
+from jetcrawl.messages import Result
+from jetcrawl.settings import Settings
+from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
+from registry import read_ownership
+from tests.streams import eventually, stored
+
+SHARDS = 16
+
+
+@dataclass(slots=True)
+class Service:
+    name: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    async def wait(self, within_s: float = 30) -> int:
+        async with asyncio.timeout(within_s):
+            return await self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Mesh:
+    def __init__(self, nats_url: str, etcd_url: str, workdir: Path, **settings: object) -> None:
+        defaults: dict[str, object] = {
+            "shards": SHARDS,
+            "lease_ttl_s": 3.0,
+            "ack_wait_s": 4.0,
+            "etcd_timeout_s": 2.0,
+            "concurrency": 4,
+            "drain_deadline_s": 10.0,
+            "allow_nets": ("127.0.0.0/8",),
+        }
+        self.settings = Settings(nats_url=nats_url, etcd_url=etcd_url, **{**defaults, **settings})  # type: ignore[arg-type]
+        self._workdir = workdir
+        self.services: dict[str, Service] = {}
+        self._nc: NATS | None = None
+
+    async def __aenter__(self) -> Self:
+        import nats
+
+        self._nc = await nats.connect(self.settings.nats_url)
+        await ensure(self.js, self.settings)
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for service in self.services.values():
+            if service.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    service.signal(signal.SIGKILL)
+                await service.proc.wait()
+        if self._nc is not None:
+            await self._nc.close()
+
+    @property
+    def js(self) -> JetStreamContext:
+        assert self._nc is not None
+        return self._nc.jetstream()
+
+    # ------------------------------------------------------------------ services
+
+    async def start(self, role: str, name: str, **env: str) -> Service:
+        log_path = self._workdir / f"{name}.log"
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "jetcrawl",
+                "--log-level",
+                "INFO",
+                role,
+                env={**os.environ, **self.settings.to_env(), "JETCRAWL_WORKER_ID": name, **env},
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        service = Service(name, proc, log_path)
+        self.services[name] = service
+        return service
+
+    async def start_workers(self, *names: str) -> list[Service]:
+        return [await self.start("worker", name) for name in names]
+
+    # ------------------------------------------------------------------ reading state
+
+    async def seed(self, urls: list[str], scope: str = "any") -> None:
+        assert self._nc is not None
+        body = orjson.dumps([{"url": url, "scope": scope} for url in urls])
+        await self.js.publish(SEEDS, body)
+
+    async def ownership(self) -> dict[int, str]:
+        return await read_ownership(self.settings)
+
+    async def wait_ownership(self, owners: set[str], within_s: float = 20) -> dict[int, str]:
+        """Until every shard is owned, by exactly ``owners``, balanced to one shard."""
+        latest: dict[int, str] = {}
+
+        async def settled() -> bool:
+            nonlocal latest
+            latest = await self.ownership()
+            counts = [list(latest.values()).count(o) for o in owners]
+            return (
+                len(latest) == self.settings.shards
+                and set(latest.values()) == owners
+                and max(counts) - min(counts) <= 1
+            )
+
+        await eventually(settled, within_s)
+        return latest
+
+    async def results(self) -> list[Result]:
+        return [Result.from_wire(m.data) for m in await stored(self.js, RESULTS_STREAM)]
+
+    async def result_count(self) -> int:
+        return (await self.js.stream_info(RESULTS_STREAM)).state.messages
+
+    async def wait_results(self, at_least: int, within_s: float = 60) -> None:
+        async def enough() -> bool:
+            return await self.result_count() >= at_least
+
+        await eventually(enough, within_s)
+
+    async def wait_drained(self, within_s: float = 90) -> Snapshot:
+        previous: Snapshot | None = None
+        current: Snapshot | None = None
+
+        async def settled() -> bool:
+            nonlocal previous, current
+            previous, current = current, await snapshot(self.js, self.settings.shards)
+            return current.settled_after(previous)
+
+        await eventually(settled, within_s)
+        assert current is not None
+        return current
