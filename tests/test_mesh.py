@@ -146,3 +146,13 @@ async def test_a_stopped_worker_past_its_lease_notices_rejoins_and_corrupts_noth
     assert max(urls.values()) == 1, "late results of the stale worker were dropped as duplicates"
     assert w1.proc.returncode is None, "it rejoined instead of dying"
     await asyncio.sleep(0)  # let the transport settle before teardown
+
+
+async def test_a_fourth_worker_joining_moves_at_most_twice_the_minimum(mesh: Mesh) -> None:
+    await mesh.start_workers("w1", "w2", "w3")
+    before = await mesh.wait_ownership({"w1", "w2", "w3"})
+    await mesh.start("worker", "w4")
+    after = await mesh.wait_ownership({"w1", "w2", "w3", "w4"})
+    assert sorted(Counter(after.values()).values()) == [4, 4, 4, 4]
+    moved = sum(1 for shard in before if before[shard] != after[shard])
+    assert 4 <= moved <= 8

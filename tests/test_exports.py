@@ -1,0 +1,28 @@
+"""Each package's public surface is small and deliberate: changing it is a visible decision."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPORTS = {
+    "jetcrawl": ["PROTOCOL_VERSION", "JetcrawlError", "Settings", "__version__"],
+    "dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
+    "worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(EXPORTS))
+def test_public_surface(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(EXPORTS[package])
+    for name in module.__all__:
+        assert hasattr(module, name), name
+
+
+def test_nats_folder_is_never_a_python_package() -> None:
+    import nats
+
+    assert hasattr(nats, "connect"), "`import nats` must be the nats-py client"
+    assert nats.__file__ is not None and "site-packages" in nats.__file__
