@@ -73,7 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", help="job name for the seeds (default: default)")
     p.add_argument("--output", type=Path, help="write one JSON line per result here")
     _crawl_limits(p)
+    _results_parser(sub)
     return parser
+
+
+def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("results", help="export results as JSON lines or WARC")
+    _connection_flags(p)
+    p.add_argument("--job", help="only this job's results")
+    p.add_argument("--since", help="from this time on: ISO 8601, or a duration back (15m, 2h)")
+    p.add_argument("--follow", action="store_true", help="keep writing results as they arrive")
+    p.add_argument("--format", choices=["jsonl", "warc"], help="default: from the file name")
+    p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
 
 
 def _crawl_limits(p: argparse.ArgumentParser) -> None:
@@ -163,11 +174,13 @@ def default_worker_id() -> str:
 
 async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
     from jetcrawl.crawl import CrawlRequest, crawl
+    from jetcrawl.export import format_for
 
     request = CrawlRequest(
         seeds=tuple(args.seeds),
         workers=args.workers,
         output=args.output,
+        format=format_for(args.output),
         max_depth=args.max_depth,
         scope=args.scope,
         job=args.job,
@@ -183,6 +196,25 @@ async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
     print(summary.line())
     if args.output:
         print(f"results written to {args.output}")
+    return 0
+
+
+async def run_results(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.results import Query, export_results, parse_since
+
+    query = Query(
+        job=args.job,
+        since=parse_since(args.since) if args.since else None,
+        follow=args.follow,
+    )
+    task = asyncio.current_task()
+    assert task is not None
+    _on_signals(task.cancel)
+    try:
+        written, skipped = await export_results(settings, query, args.output, args.format)
+    except asyncio.CancelledError:
+        return 130
+    print(f"{written} records written, {skipped} without a WARC form skipped", file=sys.stderr)
     return 0
 
 
@@ -222,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = settings_from(args)
             run_async(lambda: run_worker(settings))
             return 0
+        if args.command == "results":
+            settings = settings_from(args)
+            return int(run_async(lambda: run_results(settings, args)))
         if args.command == "crawl":
             settings = settings_from(args)
             return int(run_async(lambda: run_crawl(settings, args)))

@@ -24,19 +24,25 @@ from pathlib import Path
 from typing import IO
 
 import orjson
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from jetcrawl.bodies import BodyNotFound, BodyStore
 from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
 from jetcrawl.embedded import EtcdServer, NatsServer
 from jetcrawl.errors import JetcrawlError
+from jetcrawl.export import Sink, open_sink
+from jetcrawl.messages import Result
 from jetcrawl.settings import Settings
-from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.topology import RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY_S = 0.5
-COLLECT_EVERY_S = 0.25
+COLLECT_BATCH = 512
+COLLECT_WAIT_S = 0.25
 PROGRESS_LOG_EVERY_S = 5.0
 CHILD_STOP_TIMEOUT_S = 30.0
 
@@ -50,6 +56,7 @@ class CrawlRequest:
     seeds: tuple[str, ...]
     workers: int
     output: Path | None
+    format: str = "jsonl"  # of the output: "jsonl" or "warc"
     max_depth: int | None = None
     scope: str | None = None
     job: str | None = None
@@ -77,6 +84,8 @@ class Summary:
 
 async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
     started = time.monotonic()
+    if request.format == "warc":
+        settings = settings.replace(store_bodies=True)  # WARC responses carry the bodies
     async with AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
         settings = await _servers(stack, settings, workdir)
@@ -90,12 +99,20 @@ async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
 
         children = await stack.enter_async_context(_children(settings, request.workers, workdir))
         output = stack.enter_context(_open_output(request.output))
-        collector = ResultCollector(js, first_result, output)
+        sink = None
+        if output is not None:
+            gzip = request.output is not None and request.output.name.endswith(".gz")
+            sink = open_sink(output, request.format, gzip=gzip, user_agent=settings.user_agent)
+        collector = ResultCollector(js, first_result, sink, await BodyStore.open(js))
+        await collector.open()
+        stack.push_async_callback(collector.close)
         async with asyncio.TaskGroup() as tg:
             following = tg.create_task(collector.follow())
             await _wait_drained(js, settings, children, collector.summary, started)
             following.cancel()
-        await collector.read_available()  # drained: the stream holds every result now
+        await collector.read_to_end()  # drained: the stream holds every result now
+        if sink is not None:
+            sink.close()
         collector.summary.seconds = time.monotonic() - started
         return collector.summary
 
@@ -207,45 +224,81 @@ def _open_output(path: Path | None) -> Iterator[IO[bytes] | None]:
 
 
 class ResultCollector:
-    """Reads CRAWL_RESULTS from a start sequence; writes each URL's first record once."""
+    """Follows CRAWL_RESULTS from a start sequence; writes each URL's first record once."""
 
-    def __init__(self, js: JetStreamContext, first: int, output: IO[bytes] | None) -> None:
+    def __init__(
+        self, js: JetStreamContext, first: int, sink: Sink | None, bodies: BodyStore | None
+    ) -> None:
         self._js = js
-        self._next = first
-        self._output = output
+        self._first = first
+        self._sink = sink
+        self._bodies = bodies
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self._last_seq = first - 1
         self._seen: set[str] = set()
         self.summary = Summary()
+
+    async def open(self) -> None:
+        self._sub = await self._js.pull_subscribe(
+            f"{RESULTS_PREFIX}*",
+            stream=RESULTS_STREAM,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.NONE,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=self._first,
+                filter_subject=f"{RESULTS_PREFIX}*",
+                mem_storage=True,
+                inactive_threshold=60.0,
+            ),
+        )
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(NatsError):
+                await self._sub.unsubscribe()
 
     async def follow(self) -> None:
         """Keep reading as results arrive, until cancelled."""
         while True:
-            await self.read_available()
-            await asyncio.sleep(COLLECT_EVERY_S)
+            await self._read_batch()
 
-    async def read_available(self) -> None:
-        info = await self._js.stream_info(RESULTS_STREAM)
-        while self._next <= info.state.last_seq:
-            msg = await self._js.get_msg(RESULTS_STREAM, self._next)
-            self._next += 1
-            self._record(msg.data or b"")
+    async def read_to_end(self) -> None:
+        """Read up to the stream's last record (call once the crawl is drained)."""
+        end = (await self._js.stream_info(RESULTS_STREAM)).state.last_seq
+        while self._last_seq < end:
+            await self._read_batch()
 
-    def _record(self, data: bytes) -> None:
-        obj = orjson.loads(data)
-        fp = obj.get("fp")
-        if fp in self._seen:
+    async def _read_batch(self) -> None:
+        assert self._sub is not None, "open() first"
+        try:
+            msgs = await self._sub.fetch(COLLECT_BATCH, timeout=COLLECT_WAIT_S)
+        except TimeoutError:
+            return
+        for msg in msgs:
+            self._last_seq = msg.metadata.sequence.stream
+            await self._record(msg.data)
+
+    async def _record(self, data: bytes) -> None:
+        result = Result.from_wire(data)
+        if result.fp in self._seen:
             self.summary.duplicates += 1
             return
-        self._seen.add(fp)
+        self._seen.add(result.fp)
         summary = self.summary
         summary.results += 1
-        outcome = obj.get("outcome", "?")
-        summary.by_outcome[outcome] = summary.by_outcome.get(outcome, 0) + 1
-        status = obj.get("status")
-        if isinstance(status, int):
-            key = f"{status // 100}xx"
+        summary.by_outcome[result.outcome] = summary.by_outcome.get(result.outcome, 0) + 1
+        if result.status is not None:
+            key = f"{result.status // 100}xx"
             summary.by_status_class[key] = summary.by_status_class.get(key, 0) + 1
-        if self._output is not None:
-            self._output.write(data + b"\n")
+        if self._sink is None:
+            return
+        body = None
+        if self._sink.needs_bodies and result.body_ref and self._bodies is not None:
+            try:
+                body = await self._bodies.get(result.body_ref)
+            except BodyNotFound:
+                log.warning("body %s of %s is gone", result.body_ref, result.url)
+        self._sink.write(result, data, body)
 
 
 async def _wait_drained(

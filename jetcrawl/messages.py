@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import orjson
@@ -350,6 +351,13 @@ class DeadLetter:
 OUTCOMES = ("fetched", "robots_disallowed", "failed")
 
 
+def _headers(obj: dict[str, Any]) -> dict[str, str]:
+    headers = _field(obj, "headers", dict, optional=True) or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise MessageError("wrong_type", "headers must map strings to strings")
+    return headers
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     kind: str  # "timeout", "connect", "too_large", ... (worker.errors.FetchError kinds)
@@ -385,6 +393,11 @@ class Result:
     worker: str
     attempt: int = 1  # JetStream's delivery count of the task when this record was made
     redirect_to: str | None = None  # a redirect's canonical target (a record of its own)
+    charset: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # a selected few, lowercase names
+    payload_digest: str | None = None  # "sha1:<base32>" of the body as served (decoded), as WARC
+    body_ref: str | None = None  # object name in the crawl_bodies store, when bodies are kept
+    trace_id: str | None = None  # the W3C trace id of the task's processing
     error: Failure | None = None
 
     def to_obj(self) -> dict[str, Any]:
@@ -410,6 +423,11 @@ class Result:
             "worker": self.worker,
             "attempt": self.attempt,
             "redirect_to": self.redirect_to,
+            "charset": self.charset,
+            "headers": dict(self.headers),
+            "payload_digest": self.payload_digest,
+            "body_ref": self.body_ref,
+            "trace_id": self.trace_id,
             "error": (
                 None
                 if self.error is None
@@ -449,6 +467,11 @@ class Result:
             worker=_field(obj, "worker", str),
             attempt=_field(obj, "attempt", int, optional=True) or 1,
             redirect_to=_field(obj, "redirect_to", str, optional=True),
+            charset=_field(obj, "charset", str, optional=True),
+            headers=_headers(obj),
+            payload_digest=_field(obj, "payload_digest", str, optional=True),
+            body_ref=_field(obj, "body_ref", str, optional=True),
+            trace_id=_field(obj, "trace_id", str, optional=True),
             error=(
                 None
                 if error_obj is None

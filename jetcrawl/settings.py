@@ -109,6 +109,7 @@ class Settings:
     # by the target host's owner under that host's politeness, and never fetched twice.
     follow_redirects: bool = False
     allow_nets: tuple[str, ...] = ()
+    store_bodies: bool = False  # keep HTML bodies in the crawl_bodies object store (for WARC)
 
     # --- observability
     metrics_port: int = 0  # 0: no HTTP endpoint

@@ -46,6 +46,8 @@ SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
 JOBS_BUCKET = "crawl_jobs"
 JOBS_STREAM = f"KV_{JOBS_BUCKET}"
+BODIES_BUCKET = "crawl_bodies"
+BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
@@ -137,6 +139,20 @@ class Topology:
                 duplicate_window=120.0,
                 max_msgs_per_subject=1,
                 max_consumers=-1,
+                max_msgs=-1,
+            ),
+            # Page bodies, when kept (gzip-compressed by jetcrawl.bodies): the object store
+            # nats-py's create_object_store would make.
+            StreamConfig(
+                name=BODIES_STREAM,
+                description="object store crawl_bodies: page bodies by fingerprint and digest",
+                subjects=[f"$O.{BODIES_BUCKET}.C.>", f"$O.{BODIES_BUCKET}.M.>"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                allow_direct=True,
+                allow_rollup_hdrs=True,
+                discard=DiscardPolicy.NEW,
                 max_msgs=-1,
             ),
             StreamConfig(

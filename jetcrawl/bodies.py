@@ -1,0 +1,62 @@
+"""Page bodies: a digest as WARC writes it, and the ``crawl_bodies`` object store.
+
+A body is stored once per (fingerprint, digest) under the name ``<fp>/<digest>``, so a re-crawl
+that finds the same content stores nothing new, and a result record carries only the name. The
+object store chunks what it stores, so no NATS message exceeds the server's max payload whatever
+the page size. Bodies are stored gzip-compressed (level 6): nats-server's S2 stream compression
+only compresses sealed blocks, so it does little for a bucket that is mostly its active block.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+from nats.js.object_store import ObjectStore
+
+from jetcrawl.errors import JetcrawlError
+from jetcrawl.topology import BODIES_BUCKET
+
+
+class BodyNotFound(JetcrawlError):
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"no stored body {ref!r} in {BODIES_BUCKET}")
+        self.ref = ref
+
+
+def payload_digest(body: bytes) -> str:
+    """``sha1:<base32>``, the form of WARC-Payload-Digest."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
+
+
+def body_ref(fp: str, digest: str) -> str:
+    return f"{fp}/{digest}"
+
+
+class BodyStore:
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+
+    @classmethod
+    async def open(cls, js: JetStreamContext) -> BodyStore:
+        return cls(await js.object_store(BODIES_BUCKET))
+
+    async def put(self, fp: str, body: bytes) -> tuple[str, str]:
+        """Store ``body`` unless the same content is there already; ``(ref, digest)``."""
+        digest = payload_digest(body)
+        ref = body_ref(fp, digest)
+        try:
+            await self._store.get_info(ref)
+        except NotFoundError:
+            await self._store.put(ref, gzip.compress(body, compresslevel=6))
+        return ref, digest
+
+    async def get(self, ref: str) -> bytes:
+        try:
+            result = await self._store.get(ref)
+        except NotFoundError:
+            raise BodyNotFound(ref) from None
+        return gzip.decompress(result.data or b"")
