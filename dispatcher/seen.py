@@ -1,7 +1,9 @@
 """The seen set: KV bucket ``crawl_seen``, first writer wins, behind a bounded in-memory cache.
 
 A URL is admitted by creating its fingerprint key; the value is the stream sequence of the frontier
-message that admitted it. Creates are pipelined publishes straight to the bucket's subject with
+message that admitted it, and the key's revision tells this crawl of the URL from a later one (with
+``recrawl_after_s`` a mark carries a per-message TTL; once it has expired the URL can be admitted
+again). Creates are pipelined publishes straight to the bucket's subject with
 ``Nats-Expected-Last-Subject-Sequence: 0`` — nats-py's ``kv.create`` follows every rejection with a
 ``get``, which doubles the cost of the (common) duplicate. The cache remembers fingerprints already
 known to be in the bucket, with their origin sequence when known, so repeated links cost no round
@@ -10,13 +12,15 @@ trip at all. It is bounded (LRU); evictions only cost a round trip later, never 
 
 from __future__ import annotations
 
+import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from jetcrawl.bus import EXPECTED_LAST_SUBJECT_SEQ, Outbox, Outgoing, PublishFailed
+from jetcrawl.bus import EXPECTED_LAST_SUBJECT_SEQ, TTL, Outbox, Outgoing, PublishFailed
 from jetcrawl.errors import JetcrawlError
 from jetcrawl.topology import SEEN_SUBJECT_PREFIX
 
@@ -36,24 +40,43 @@ class SeenStats:
     cache_evictions: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """What the bucket says of a seen URL: the admitting frontier sequence and the revision."""
+
+    origin: int  # UNKNOWN_ORIGIN when not known here
+    revision: int  # 0 when not known here
+
+
+UNKNOWN = Mark(UNKNOWN_ORIGIN, 0)
+
+
 class SeenSet:
-    def __init__(self, outbox: Outbox, kv: KeyValue, cache_size: int) -> None:
+    def __init__(self, outbox: Outbox, kv: KeyValue, cache_size: int, ttl_s: float = 0.0) -> None:
         self._outbox = outbox
         self._kv = kv
-        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._ttl_s = ttl_s
+        self._ttl_header = {TTL: str(max(1, round(ttl_s)))} if ttl_s > 0 else {}
+        # fp -> (mark, monotonic time it stops being trusted: the mark's expiry, if any)
+        self._cache: OrderedDict[str, tuple[Mark, float]] = OrderedDict()
         self._cache_size = cache_size
         self.stats = SeenStats()
 
-    def cached_origin(self, fp: str) -> int | None:
-        """The origin sequence if the cache knows ``fp`` is seen (``UNKNOWN_ORIGIN``: unknown)."""
-        origin = self._cache.get(fp)
-        if origin is not None:
-            self._cache.move_to_end(fp)
-            self.stats.cache_hits += 1
-        return origin
+    def cached(self, fp: str) -> Mark | None:
+        """The mark if the cache knows ``fp`` is seen (fields may be unknown)."""
+        entry = self._cache.get(fp)
+        if entry is None:
+            return None
+        mark, trusted_until = entry
+        if time.monotonic() >= trusted_until:
+            del self._cache[fp]  # the bucket's copy may have expired: ask it
+            return None
+        self._cache.move_to_end(fp)
+        self.stats.cache_hits += 1
+        return mark
 
-    async def create(self, marks: list[tuple[str, int]]) -> list[bool]:
-        """Try to create each ``(fp, origin_seq)``; True where this call created the key."""
+    async def create(self, marks: list[tuple[str, int]]) -> list[Mark | None]:
+        """Try to create each ``(fp, origin_seq)``: the new mark, or None where it existed."""
         if not marks:
             return []
         acks = await self._outbox.send(
@@ -61,42 +84,45 @@ class SeenSet:
                 Outgoing(
                     f"{SEEN_SUBJECT_PREFIX}{fp}",
                     str(origin).encode(),
-                    {EXPECTED_LAST_SUBJECT_SEQ: "0"},
+                    {EXPECTED_LAST_SUBJECT_SEQ: "0", **self._ttl_header},
                 )
                 for fp, origin in marks
             ]
         )
-        created: list[bool] = []
+        created: list[Mark | None] = []
         for (fp, origin), ack in zip(marks, acks, strict=True):
             if not isinstance(ack, PublishFailed):
-                self._remember(fp, origin)
+                mark = Mark(origin, ack.seq)
+                self._remember(fp, mark)
                 self.stats.created += 1
-                created.append(True)
+                created.append(mark)
             elif isinstance(ack.cause, APIError) and ack.cause.err_code in WRONG_LAST_SEQUENCE:
-                self._remember(fp, self._cache.get(fp, UNKNOWN_ORIGIN))
+                self._remember(fp, self._cache.get(fp, (UNKNOWN, 0.0))[0])
                 self.stats.known_remote += 1
-                created.append(False)
+                created.append(None)
             else:
                 raise SeenSetUnavailable(f"crawl_seen create failed: {ack}") from ack
         return created
 
-    async def origin(self, fp: str) -> int:
-        """The origin sequence stored for a seen ``fp`` (``UNKNOWN_ORIGIN`` if unreadable)."""
+    async def read(self, fp: str) -> Mark:
+        """The stored mark of a seen ``fp`` (``UNKNOWN`` if gone or unreadable)."""
         try:
             entry = await self._kv.get(fp)
         except (KeyNotFoundError, KeyDeletedError):
-            return UNKNOWN_ORIGIN
+            return UNKNOWN
         except (TimeoutError, APIError) as e:
             raise SeenSetUnavailable(f"crawl_seen get {fp} failed: {e!r}") from e
         try:
-            origin = int(entry.value or b"0")
+            mark = Mark(int(entry.value or b"0"), entry.revision or 0)
         except ValueError:
-            return UNKNOWN_ORIGIN
-        self._remember(fp, origin)
-        return origin
+            return UNKNOWN
+        self._remember(fp, mark)
+        return mark
 
-    def _remember(self, fp: str, origin: int) -> None:
-        self._cache[fp] = origin
+    def _remember(self, fp: str, mark: Mark) -> None:
+        # Without TTL a mark is forever; with one, trust it a little less long than it lives.
+        trusted_until = time.monotonic() + self._ttl_s * 0.9 if self._ttl_s > 0 else math.inf
+        self._cache[fp] = (mark, trusted_until)
         self._cache.move_to_end(fp)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -28,7 +29,7 @@ from nats.js import JetStreamContext
 
 from dispatcher.intake import Intake, Reading
 from dispatcher.quota import AdmissionQuota
-from dispatcher.seen import UNKNOWN_ORIGIN, SeenSet, SeenSetUnavailable
+from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.messages import DeadLetter, Task
 from jetcrawl.settings import Settings
@@ -95,7 +96,9 @@ class Dispatcher:
         self._js = self._nc.jetstream()
         kv = await ensure(self._js, self._settings)
         self._outbox = Outbox(self._nc)
-        self._seen = SeenSet(self._outbox, kv, self._settings.dedupe_cache_size)
+        self._seen = SeenSet(
+            self._outbox, kv, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
+        )
         self._quota = AdmissionQuota(
             await self._js.key_value(JOBS_BUCKET), self._settings.max_pages
         )
@@ -154,7 +157,7 @@ class Dispatcher:
         owners: list[int] = []
         for i, task in tasks:
             shard = shard_of(host_of(task.url), self._settings.shards)
-            outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.fp}))
+            outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.crawl_id}))
             owners.append(i)
         received_at = time.time()
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
@@ -210,7 +213,7 @@ class Dispatcher:
         for i, reading in enumerate(readings):
             for task in reading.tasks:
                 pairs.append((i, task))
-                if task.fp not in to_create and seen.cached_origin(task.fp) is None:
+                if task.fp not in to_create and seen.cached(task.fp) is None:
                     to_create[task.fp] = seqs[i]
                     by_job.setdefault(task.lineage.job, []).append(task.fp)
         if self._quota.limited:
@@ -222,7 +225,9 @@ class Dispatcher:
                     del to_create[fp]
                     self.stats.over_limit += 1
         created = await seen.create(list(to_create.items()))
-        created_by = {fp: to_create[fp] for fp, new in zip(to_create, created, strict=True) if new}
+        created_by = {
+            fp: mark for fp, mark in zip(to_create, created, strict=True) if mark is not None
+        }
         if self._quota.limited:
             for job, fps in by_job.items():
                 used = sum(1 for fp in fps[: granted_by_job[job]] if fp in created_by)
@@ -234,31 +239,39 @@ class Dispatcher:
             for i, task in pairs
             if msgs[i].metadata.num_delivered > 1
             and task.fp not in created_by
-            and seen.cached_origin(task.fp) == UNKNOWN_ORIGIN
+            and (seen.cached(task.fp) or UNKNOWN).revision == 0
         }
         for fp in unknown:
-            await seen.origin(fp)
+            await seen.read(fp)
 
         out: list[tuple[int, Task]] = []
         published: set[str] = set()
         for i, task in pairs:
+            mark = created_by.get(task.fp)
             if task.fp in published:
                 self.stats.duplicates += 1
-            elif created_by.get(task.fp) == seqs[i]:
-                out.append((i, task))
+            elif mark is not None and mark.origin == seqs[i]:
+                out.append((i, self._generation(task, mark.revision)))
                 published.add(task.fp)
                 self.stats.admitted += 1
             elif (
                 msgs[i].metadata.num_delivered > 1
-                and task.fp not in created_by
-                and seen.cached_origin(task.fp) == seqs[i]
+                and mark is None
+                and (known := seen.cached(task.fp)) is not None
+                and known.origin == seqs[i]
             ):
-                out.append((i, task))
+                out.append((i, self._generation(task, known.revision)))
                 published.add(task.fp)
                 self.stats.republished += 1
             else:
                 self.stats.duplicates += 1
         return out
+
+    def _generation(self, task: Task, revision: int) -> Task:
+        """With re-crawls on, the mark's revision tells this crawl of the URL from others."""
+        if self._settings.recrawl_after_s <= 0:
+            return task  # one crawl per URL: the fingerprint alone is the identity
+        return dataclasses.replace(task, gen=revision)
 
     async def _notify(self) -> None:
         async with self._progress:

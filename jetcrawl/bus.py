@@ -4,7 +4,7 @@
 interval so a dead server is noticed in seconds (nats-py's default is two minutes), and
 callbacks that log instead of printing. ``Outbox`` pipelines publishes and waits for all
 their acks at once — about ten times the throughput of awaiting each publish — under a
-deadline.
+deadline. Every publish goes through ``Outbox.send``, which is where trace context is injected.
 """
 
 from __future__ import annotations
@@ -22,15 +22,20 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
+from opentelemetry.trace import Span, Tracer, get_current_span, set_span_in_context
 
 from jetcrawl.errors import JetcrawlError
 from jetcrawl.settings import Settings
+from otel.propagation import TRACEPARENT, inject
+from otel.spans import end_producer, producer_span
 
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+TTL = "Nats-TTL"
 PUBLISH_TIMEOUT_S = 10.0
+KV_SUBJECT_PREFIX = "$KV."
 
 
 class BusError(JetcrawlError):
@@ -96,11 +101,19 @@ class Outbox:
     ``publish_async`` cannot be used: its reply handler raises API errors (such as the "wrong last
     sequence" of a KV create) inside the callback instead of setting them on the future, so the
     future never completes.
+
+    Tracing: a message whose headers carry no ``traceparent`` gets the current span's context —
+    through a ``publish <subject>`` PRODUCER span, child of the current span and ended on the
+    ack, when the Outbox has a tracer. Without a current span nothing is added. Writes to KV
+    buckets are state, not messages, and never carry trace context.
     """
 
-    def __init__(self, nc: NATS, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+    def __init__(
+        self, nc: NATS, timeout_s: float = PUBLISH_TIMEOUT_S, tracer: Tracer | None = None
+    ) -> None:
         self._nc = nc
         self._timeout_s = timeout_s
+        self._tracer = tracer
         self._prefix = ""
         self._tokens = itertools.count()
         self._waiting: dict[str, asyncio.Future[PubAck]] = {}
@@ -115,18 +128,21 @@ class Outbox:
         loop = asyncio.get_running_loop()
         tokens: list[str] = []
         futures: list[asyncio.Future[PubAck]] = []
+        spans: list[Span | None] = []
         for m in messages:
             token = str(next(self._tokens))
             future: asyncio.Future[PubAck] = loop.create_future()
             self._waiting[token] = future
             tokens.append(token)
             futures.append(future)
+            span, headers = self._traced(m)
+            spans.append(span)
             try:
                 await self._nc.publish(
                     m.subject,
                     m.payload,
                     reply=f"{self._prefix}{token}",
-                    headers=dict(m.headers) if m.headers else None,
+                    headers=dict(headers) if headers else None,
                 )
             except (NatsError, OSError) as e:
                 self._waiting.pop(token, None)
@@ -143,7 +159,25 @@ class Outbox:
                 out.append(PublishFailed(m.subject, exc))
             else:
                 out.append(future.result())
+        for span, result in zip(spans, out, strict=True):
+            if span is not None:
+                end_producer(span, result.cause if isinstance(result, PublishFailed) else None)
         return out
+
+    def _traced(self, m: Outgoing) -> tuple[Span | None, Mapping[str, str] | None]:
+        """The message's PRODUCER span (if one is made) and its headers with trace context."""
+        if m.subject.startswith(KV_SUBJECT_PREFIX) or (m.headers and TRACEPARENT in m.headers):
+            return None, m.headers
+        if self._tracer is None or not get_current_span().get_span_context().is_valid:
+            return None, inject(m.headers)
+        span = producer_span(
+            self._tracer,
+            m.subject,
+            parent=None,
+            message_id=m.headers.get(MSG_ID) if m.headers else None,
+            body_size=len(m.payload),
+        )
+        return span, inject(m.headers, set_span_in_context(span))
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._waiting.pop(msg.subject[len(self._prefix) :], None)

@@ -211,6 +211,12 @@ class Task:
     depth: int
     lineage: Lineage
     parent: str | None = None
+    gen: int = 0  # the seen mark's revision: tells re-crawls of one URL apart
+
+    @property
+    def crawl_id(self) -> str:
+        """Identity of this crawl of this URL: the Nats-Msg-Id of what the task produces."""
+        return f"{self.fp}-{self.gen}" if self.gen else self.fp
 
     def to_wire(self) -> bytes:
         return orjson.dumps(
@@ -220,6 +226,7 @@ class Task:
                 "fp": self.fp,
                 "depth": self.depth,
                 "parent": self.parent,
+                "gen": self.gen,
             }
             | self.lineage.to_wire()
         )
@@ -233,6 +240,7 @@ class Task:
             depth=_depth(obj, "depth") or 0,
             lineage=Lineage.from_obj(obj),
             parent=_field(obj, "parent", str, optional=True),
+            gen=_field(obj, "gen", int, optional=True) or 0,
         )
 
 

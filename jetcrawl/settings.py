@@ -9,6 +9,7 @@ are masked in ``repr``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -44,6 +45,12 @@ DEFAULT_TRACKING_PARAMS = (
     "yclid",
 )
 SCOPES = ("host", "domain", "any")
+DEFAULT_HOST_DELAY_S = 1.0
+DEFAULT_MAX_CRAWL_DELAY_S = 30.0
+DEFAULT_MAX_RETRY_AFTER_S = 600.0
+DEFAULT_MAX_DEFERRALS = 2
+DEFAULT_MAX_URLS_PER_HOST = 100_000
+DEFAULT_MAX_REPEATED_SEGMENTS = 3
 
 
 class Secret(str):
@@ -73,6 +80,9 @@ class Settings:
     frontier_max_deliver: int = 20
     max_ack_pending: int = 1024
     duplicate_window_s: float = DEFAULT_DUPLICATE_WINDOW_S
+    # Off: a service only checks the topology (its NATS user may not change streams); the admin
+    # applies it with `jetcrawl topology --apply` (compose's one-shot `topology` service).
+    create_topology: bool = True
 
     # --- client behaviour
     nats_ping_interval_s: float = 5.0
@@ -87,6 +97,11 @@ class Settings:
     max_url_length: int = 2048
     tracking_params: tuple[str, ...] = DEFAULT_TRACKING_PARAMS
     max_pages: int = 0  # 0: no limit
+    # Spider-trap guards: admissions per host per job (0: no limit), and a path that repeats one
+    # segment more than this many times (/a/b/a/b/a/b/a/b) is a trap, not a page (0: no check).
+    max_urls_per_host: int = DEFAULT_MAX_URLS_PER_HOST
+    max_repeated_segments: int = DEFAULT_MAX_REPEATED_SEGMENTS
+    recrawl_after_s: float = 0.0  # 0: a URL is crawled once; else its seen mark expires then
 
     # --- dispatcher
     dispatch_batch: int = 256
@@ -108,7 +123,19 @@ class Settings:
     # Off: a redirect is a record of its own and its target a new URL for the frontier, fetched
     # by the target host's owner under that host's politeness, and never fetched twice.
     follow_redirects: bool = False
+    # SSRF guard: loopback, private, link-local, multicast and reserved addresses (and the
+    # mesh's own NATS and etcd endpoints) are refused unless inside one of these CIDRs.
     allow_nets: tuple[str, ...] = ()
+
+    # --- politeness and retries (worker/politeness.py, worker/retry.py)
+    host_delay_s: float = DEFAULT_HOST_DELAY_S  # between request starts to one host
+    host_concurrency: int = 1
+    max_crawl_delay_s: float = DEFAULT_MAX_CRAWL_DELAY_S  # cap for robots.txt Crawl-delay
+    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S  # cap for a 429/503 Retry-After pause
+    buffer_max: int = 0  # tasks waiting for their host per worker; 0: 4 x concurrency
+    max_deferrals: int = DEFAULT_MAX_DEFERRALS  # hand-backs of a waiting task under pressure
+    retry_base_delay_s: float = 1.0  # first retry's backoff; doubles per attempt
+    retry_max_delay_s: float = 60.0
     store_bodies: bool = False  # keep HTML bodies in the crawl_bodies object store (for WARC)
 
     # --- observability
@@ -133,10 +160,25 @@ class Settings:
         for name in ("ack_wait_s", "etcd_timeout_s", "nats_ping_interval_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(name, "must be > 0")
+        if self.host_concurrency < 1:
+            raise SettingsError("host_concurrency", f"must be >= 1, got {self.host_concurrency}")
+        for name in ("host_delay_s", "max_crawl_delay_s", "max_retry_after_s", "buffer_max"):
+            if getattr(self, name) < 0:
+                raise SettingsError(name, "must be >= 0")
+        for cidr in self.allow_nets:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise SettingsError("allow_nets", f"not a CIDR: {cidr!r}") from None
         if not self.cluster or "/" in self.cluster:
             raise SettingsError(
                 "cluster", f"must be a non-empty name without '/', got {self.cluster!r}"
             )
+
+    @property
+    def waiting_max(self) -> int:
+        """How many tasks a worker keeps waiting for their host (``buffer_max`` resolved)."""
+        return self.buffer_max or 4 * self.concurrency
 
     @property
     def keepalive_interval_s(self) -> float:

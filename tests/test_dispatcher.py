@@ -355,3 +355,26 @@ async def test_max_pages_holds_across_dispatchers_with_zero_overshoot(
     tasks = await tasks_by_url(js)
     assert len([t for _, t, _ in tasks.values() if t.lineage.job == "default"]) == 25
     assert "https://other.example/" in tasks, "the limit is per job"
+
+
+async def test_with_recrawl_a_seen_mark_expires_and_the_url_is_admitted_again(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server.url, recrawl_after_s=1.0)  # type: ignore[attr-defined]
+    url = "https://a.example/page"
+    async with running(settings) as dispatcher:
+        await js.publish(SEEDS, url.encode())
+        await finished(dispatcher, 1)
+
+        async def expired() -> bool:
+            return fingerprint(url) not in await seen_keys(js)
+
+        await eventually(expired, within_s=10)
+        await js.publish(SEEDS, url.encode())
+        await finished(dispatcher, 2)
+        assert dispatcher.stats.admitted == 2
+    tasks = [(m.headers, Task.from_wire(m.data)) for m in await stored(js, TASKS_STREAM)]
+    assert [t.url for _, t in tasks] == [url, url]
+    first, second = (t.gen for _, t in tasks)
+    assert 0 < first < second, "each crawl of the URL has its own generation"
+    assert [h["Nats-Msg-Id"] for h, _ in tasks] == [f"{t.fp}-{t.gen}" for _, t in tasks]
