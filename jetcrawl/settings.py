@@ -139,7 +139,11 @@ class Settings:
     store_bodies: bool = False  # keep HTML bodies in the crawl_bodies object store (for WARC)
 
     # --- observability
-    metrics_port: int = 0  # 0: no HTTP endpoint
+    metrics_port: int = 0  # 0: no HTTP endpoint (/metrics, /healthz, /readyz)
+    # Tasks up to this link depth continue the trace of the page that linked them (the seed's,
+    # for depth 0); deeper ones start a trace of their own with a span link to it. -1: every
+    # task starts its own trace. See dispatcher/tracing.py.
+    trace_continue_depth: int = 0
 
     # --- fault injection for the fault-tolerance tests ("" in production)
     fault: str = ""
@@ -174,6 +178,10 @@ class Settings:
             raise SettingsError(
                 "cluster", f"must be a non-empty name without '/', got {self.cluster!r}"
             )
+        if self.trace_continue_depth < -1:
+            raise SettingsError("trace_continue_depth", "must be >= -1")
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError("metrics_port", f"must be a TCP port or 0, got {self.metrics_port}")
 
     @property
     def waiting_max(self) -> int:
