@@ -8,9 +8,14 @@ body bytes each response got written before the client went away:
     /big.png     STREAM_BYTES of image/png, chunked
     /huge.html   STREAM_BYTES of text/html, chunked
     /bomb.html   text/html, Content-Encoding: gzip, BOMB_SEGMENTS MiB of zeros once inflated
+    /bomb.br     the same with Content-Encoding: br
+    /drip.html   text/html, one byte every DRIP_EVERY_S (faster than any read timeout), for ever
 
 ``written[path]`` is the count; ``finished(path)`` is set when that handler has returned, so a
 test reads the final count after awaiting it instead of polling.
+
+``BadSite(host=...)`` listens on another loopback address (127.0.0.2, ...: Linux routes all of
+127/8 to lo), for tests that tell hosts apart by address.
 
 ``RawServer`` answers every connection with fixed bytes, then hangs up or waits for the client to
 (a server that accepts and never answers, a body cut short, garbage that is no HTTP).
@@ -26,12 +31,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from types import TracebackType
 
+import brotli
 from aiohttp import web
 
 STREAM_BYTES = 256 * 1024 * 1024
 STREAM_CHUNK = 64 * 1024
 BOMB_SEGMENTS = 1_000_000  # of 1 MiB each once inflated (1 TiB), about 1 KiB each compressed
 MiB = 1024 * 1024
+DRIP_EVERY_S = 0.05
 
 
 @cache
@@ -48,6 +55,20 @@ def bomb_segments() -> tuple[bytes, bytes]:
     return first, repeat
 
 
+@cache
+def brotli_segments() -> tuple[bytes, bytes]:
+    """A brotli stream of zeros as (first MiB, every further MiB), like ``bomb_segments``.
+
+    After a flush, every further MiB of zeros compresses to the same bytes (checked here), so the
+    bomb is streamed without compressing anything more.
+    """
+    compressor = brotli.Compressor(quality=1)
+    zeros = bytes(MiB)
+    first, repeat, again = (compressor.process(zeros) + compressor.flush() for _ in range(3))
+    assert repeat == again, "brotli no longer repeats itself: stream the compressor instead"
+    return first, repeat
+
+
 @dataclass
 class Route:
     status: int = 200
@@ -58,7 +79,8 @@ class Route:
 
 
 class BadSite:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.routes: dict[str, Route] = {}
         self.hits: Counter[str] = Counter()  # requests per path
         self.arrived: dict[str, asyncio.Event] = {}  # path -> set when a request comes in
@@ -69,7 +91,7 @@ class BadSite:
 
     @property
     def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return f"{self.origin}{path}"
@@ -102,13 +124,15 @@ class BadSite:
             "/big.png": self._big_png,
             "/huge.html": self._huge_html,
             "/bomb.html": self._bomb,
+            "/bomb.br": self._brotli_bomb,
+            "/drip.html": self._drip,
         }
         for path, handler in streams.items():
             app.router.add_get(path, self._counted(path, handler))
         app.router.add_get("/{tail:.*}", self._route)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        await web.TCPSite(self._runner, self.host, 0).start()
         self.port = self._runner.addresses[0][1]
         return self
 
@@ -190,6 +214,36 @@ class BadSite:
             for _ in range(BOMB_SEGMENTS - 1):
                 await response.write(repeat)
                 self.written["/bomb.html"] += len(repeat)
+        except ConnectionError:
+            pass
+        return response
+
+    async def _brotli_bomb(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/html", "Content-Encoding": "br"}
+        )
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        first, repeat = brotli_segments()
+        try:
+            await response.write(first)
+            self.written["/bomb.br"] += len(first)
+            for _ in range(BOMB_SEGMENTS - 1):
+                await response.write(repeat)
+                self.written["/bomb.br"] += len(repeat)
+        except ConnectionError:
+            pass
+        return response
+
+    async def _drip(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            while True:
+                await response.write(b"x")
+                self.written["/drip.html"] += 1
+                await asyncio.sleep(DRIP_EVERY_S)
         except ConnectionError:
             pass
         return response

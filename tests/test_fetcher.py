@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from jetcrawl.settings import Settings
+from jetcrawl.urls import UrlRules
 from tests.badsite import STREAM_BYTES, BadSite, MiB, RawServer
 from worker.errors import FetchError
-from worker.fetcher import Fetcher, media_type
+from worker.fetcher import ACCEPT_ENCODING, Fetcher, media_type
+from worker.parse import extract
 
 HTML = b"<!doctype html><html><head><title>t</title></head><body><a href='/x'>x</a></body></html>"
 # At most what the server side may have written before the client stopped reading, kernel socket
@@ -23,9 +25,12 @@ EARLY = 32 * MiB
 
 
 def settings(**changes: Any) -> Settings:
-    return Settings(connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=10.0).replace(
-        **changes
-    )
+    return Settings(
+        connect_timeout_s=2.0,
+        read_timeout_s=2.0,
+        total_timeout_s=10.0,
+        allow_nets=("127.0.0.0/8",),  # the local test servers; the SSRF guard is on by default
+    ).replace(**changes)
 
 
 @pytest.fixture
@@ -239,7 +244,30 @@ async def test_a_gzip_bomb_is_stopped_early(badsite: BadSite) -> None:
     assert badsite.written["/bomb.html"] < EARLY  # of about 1 GB compressed
 
 
+async def test_a_brotli_bomb_is_stopped_early(badsite: BadSite) -> None:
+    assert "br" in ACCEPT_ENCODING.split(", "), "Brotli installed: aiohttp decodes br"
+    started = time.monotonic()
+    async with Fetcher(settings(max_body_bytes=MiB)) as small:
+        error = await fetch_error(small, badsite.url("/bomb.br"))
+    assert error.kind == "too_large"
+    assert time.monotonic() - started < 3.0
+    await asyncio.wait_for(badsite.finished("/bomb.br").wait(), 5)
+    assert badsite.written["/bomb.br"] < EARLY
+
+
 # --- servers that do not answer well
+
+
+async def test_a_slow_drip_is_cut_off_by_the_total_timeout(badsite: BadSite) -> None:
+    # A byte every 50 ms never trips the 1 s read timeout; only the total deadline stops it.
+    async with Fetcher(settings(read_timeout_s=1.0, total_timeout_s=0.8)) as f:
+        started = time.monotonic()
+        error = await fetch_error(f, badsite.url("/drip.html"))
+        elapsed = time.monotonic() - started
+    assert (error.kind, error.transient) == ("timeout", True)
+    assert 0.7 < elapsed < 2.0
+    await asyncio.wait_for(badsite.finished("/drip.html").wait(), 5)
+    assert 5 < badsite.written["/drip.html"] < 40, "it was dripping, and it was cut off"
 
 
 async def test_a_server_that_never_answers_times_out_at_the_read_timeout() -> None:
@@ -314,6 +342,36 @@ async def test_a_corrupt_compressed_body_is_a_decoding_error(
     badsite.add("/corrupt.html", b"not gzip at all", headers={"Content-Encoding": "gzip"})
     error = await fetch_error(fetcher, badsite.url("/corrupt.html"))
     assert (error.kind, error.transient) == ("decoding", False)
+
+
+# --- charsets: what the fetcher hands the parser decodes right
+
+
+async def test_a_latin1_page_is_decoded_by_its_http_charset(
+    badsite: BadSite, fetcher: Fetcher
+) -> None:
+    page = (
+        "<title>Caf\u00e9 cr\u00e8me \u00e0 la fran\u00e7aise</title><a href='/\u00e9t\u00e9'>x</a>"
+    )
+    badsite.add(
+        "/latin1.html", page.encode("latin-1"), content_type="text/html; charset=ISO-8859-1"
+    )
+    got = await fetcher.fetch(badsite.url("/latin1.html"))
+    assert got.charset == "iso-8859-1"
+    parsed = extract(got.body, got.final_url, got.charset, UrlRules())
+    assert parsed.title == "Caf\u00e9 cr\u00e8me \u00e0 la fran\u00e7aise"
+    assert parsed.links == (badsite.url("/%C3%A9t%C3%A9"),), "the href decoded, then UTF-8 encoded"
+
+
+async def test_a_shift_jis_page_is_decoded_by_its_meta_charset(
+    badsite: BadSite, fetcher: Fetcher
+) -> None:
+    title = "\u65e5\u672c\u8a9e\u306e\u30da\u30fc\u30b8"  # "a Japanese page"
+    page = f"<html><head><meta charset='Shift_JIS'><title>{title}</title></head></html>"
+    badsite.add("/sjis.html", page.encode("shift_jis"), content_type="text/html")  # no charset
+    got = await fetcher.fetch(badsite.url("/sjis.html"))
+    assert got.charset is None
+    assert extract(got.body, got.final_url, got.charset, UrlRules()).title == title
 
 
 # --- the object

@@ -20,7 +20,9 @@ from worker.robots import (
     product_token,
 )
 
-SETTINGS = Settings(connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=10.0)
+SETTINGS = Settings(
+    connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=10.0, allow_nets=("127.0.0.0/8",)
+)
 ROBOTS = """\
 User-agent: *
 Disallow: /

@@ -11,6 +11,7 @@ JetcrawlError                  (jetcrawl.errors)
             bad_redirect         a Location that is not an http(s) URL we accept
             protocol             the server does not speak HTTP we can read
             decoding             a Content-Encoding we cannot decode, or a corrupt one
+            blocked              the SSRF guard refused the address (loopback, private, ...)
 
 A 404 or a 500 is not an error: it is a fetched response with that status.
 """
@@ -30,6 +31,7 @@ FetchErrorKind = Literal[
     "bad_redirect",
     "protocol",
     "decoding",
+    "blocked",
 ]
 FETCH_ERROR_KINDS: frozenset[str] = frozenset(get_args(FetchErrorKind))
 # Worth another attempt later: the same request may well succeed. The others will not.

@@ -16,14 +16,15 @@ not an error) and raises ``FetchError`` when there is no response to record. The
   buffer ahead of the reader, so a compression bomb costs a buffer, not its inflated size.
 - aiohttp, asyncio and socket exceptions are translated once, in ``_fetch_error``.
 
-The SSRF guard (``allow_nets``) is not enforced yet. Its place is ``_open_socket``, which aiohttp
-calls with the address of every TCP connection it makes, whether the host was a name that
-resolved or an IP literal, after DNS and before connect.
+- The SSRF guard (:mod:`worker.ssrf`) is enforced in ``_open_socket``, which aiohttp calls with
+  the address of every TCP connection it makes, whether the host was a name that resolved or an
+  IP literal, after DNS and before connect: a refused address is ``blocked`` (not transient).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -41,6 +42,7 @@ from jetcrawl.errors import UrlError
 from jetcrawl.settings import Settings
 from jetcrawl.urls import UrlRules
 from worker.errors import FetchError
+from worker.ssrf import AddressGuard, Blocked
 
 __all__ = ["HTML_TYPES", "KEPT_HEADERS", "TEXT_MAX_REDIRECTS", "Fetched", "Fetcher"]
 
@@ -68,6 +70,10 @@ ACCEPT_ENCODING = ", ".join(
 # How long an idle pooled connection is kept for the next request to the same host.
 KEEPALIVE_S = 15.0
 DNS_CACHE_TTL_S = 300
+# The addresses the SSRF guard refused while one request was connecting ("ip:port (reason)").
+_REFUSED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "jetcrawl_refused", default=None
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +114,9 @@ class Fetcher:
         self._total_timeout_s = settings.total_timeout_s
         self._connect_timeout_s = settings.connect_timeout_s
         self._read_timeout_s = settings.read_timeout_s
-        self._allow_nets = settings.allow_nets  # not enforced yet: see _open_socket
+        self._settings = settings
+        self._guard = AddressGuard(settings.allow_nets)
+        self._guarding_endpoints = False  # the mesh's endpoints resolved into the guard
         self._headers = {
             "User-Agent": settings.user_agent,
             "Accept": ACCEPT,
@@ -120,6 +128,7 @@ class Fetcher:
 
     async def __aenter__(self) -> Fetcher:
         self._open()
+        await self._guard_endpoints()
         return self
 
     async def __aexit__(
@@ -156,14 +165,26 @@ class Fetcher:
             )
         return self._session
 
-    def _open_socket(self, addr_info: AddrInfoType) -> socket.socket:
-        """The socket for one TCP connection to ``addr_info``'s address (the connect check).
+    async def _guard_endpoints(self) -> None:
+        if not self._guarding_endpoints:
+            self._guarding_endpoints = True
+            await self._guard.add_endpoints(self._settings)
 
-        This is where ``allow_nets`` will be enforced: every connection passes here with its
-        numeric address, so neither an IP-literal URL nor a name that resolves to a private
-        address gets around it. Raising ``OSError`` here fails the connection attempt.
+    def _open_socket(self, addr_info: AddrInfoType) -> socket.socket:
+        """The socket for one TCP connection to ``addr_info``'s address: the SSRF check.
+
+        Every connection passes here with its numeric address, so neither an IP-literal URL nor
+        a name that resolves (now, at connect time) to a refused address gets around it.
+        Raising ``OSError`` here fails the connection attempt.
         """
-        family, type_, proto, _canonname, _address = addr_info
+        family, type_, proto, _canonname, address = addr_info
+        host, port = str(address[0]), int(address[1])
+        reason = self._guard.check(host, port)
+        if reason is not None:
+            refused = _REFUSED.get()
+            if refused is not None:
+                refused.append(f"{host}:{port} ({reason})")
+            raise Blocked()
         return socket.socket(family=family, type=type_, proto=proto)
 
     def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
@@ -240,6 +261,7 @@ class Fetcher:
         is released when the context exits; every intermediate one at once.
         """
         session = self._open()
+        await self._guard_endpoints()
         deadline = asyncio.get_running_loop().time() + self._total_timeout_s
         redirects: list[str] = []
         current = url
@@ -269,11 +291,18 @@ class Fetcher:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
             raise FetchError("timeout", f"over {self._total_timeout_s} s in redirects", url)
-        with _translated(url):
-            # The URL is canonical, so already encoded: yarl must not quote it again.
-            return await session.get(
-                URL(url, encoded=True), allow_redirects=False, timeout=self._timeout(remaining_s)
-            )
+        refused: list[str] = []
+        token = _REFUSED.set(refused)
+        try:
+            with _translated(url, refused):
+                # The URL is canonical, so already encoded: yarl must not quote it again.
+                return await session.get(
+                    URL(url, encoded=True),
+                    allow_redirects=False,
+                    timeout=self._timeout(remaining_s),
+                )
+        finally:
+            _REFUSED.reset(token)
 
     def _redirect_target(self, current: str, location: str) -> str:
         try:
@@ -316,18 +345,23 @@ def content_length(headers: Mapping[str, str]) -> int | None:
 
 
 @contextmanager
-def _translated(url: str) -> Iterator[None]:
+def _translated(url: str, refused: list[str] | None = None) -> Iterator[None]:
     try:
         yield
     except (aiohttp.ClientError, OSError) as exc:  # OSError includes TimeoutError
-        raise _fetch_error(exc, url) from exc
+        raise _fetch_error(exc, url, refused) from exc
 
 
-def _fetch_error(exc: aiohttp.ClientError | OSError, url: str) -> FetchError:
+def _fetch_error(
+    exc: aiohttp.ClientError | OSError, url: str, refused: list[str] | None = None
+) -> FetchError:
     """The one translation of aiohttp, asyncio and socket exceptions into ``FetchError``."""
     if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is one too
         message = str(exc) or "total timeout"
         return FetchError("timeout", message, url)
+    if refused or _caused_by(exc, Blocked):
+        where = ", ".join(refused or []) or "its address"
+        return FetchError("blocked", f"SSRF guard refused {where}", url, transient=False)
     message = _describe(exc)
     if _caused_by(exc, ContentEncodingError):
         return FetchError("decoding", message, url)

@@ -54,8 +54,9 @@ MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ORIGINS = 10_000
 
 VerdictReason = Literal["allowed", "disallowed", "unavailable", "no_robots"]
-# Fetch failures that mean "there is no robots.txt to be had here" rather than "try again".
-_NO_ROBOTS_KINDS = frozenset({"too_many_redirects", "bad_redirect"})
+# Fetch failures that mean "there is no robots.txt to be had here" rather than "try again". A
+# robots.txt behind a refused address ("blocked") is one: the pages behind it are refused too.
+_NO_ROBOTS_KINDS = frozenset({"too_many_redirects", "bad_redirect", "blocked"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,117 @@
+"""The SSRF guard, on by default: IP literals, resolved names, redirect hops, our own servers."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from jetcrawl.embedded import NatsServer
+from jetcrawl.settings import Settings
+from tests.badsite import BadSite
+from worker.errors import FetchError
+from worker.fetcher import Fetcher
+from worker.robots import Robots
+from worker.ssrf import AddressGuard, refusal
+
+HTML = b"<html><title>inside</title></html>"
+
+
+def guarded(**changes: object) -> Settings:
+    return Settings(connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=5.0).replace(
+        **changes
+    )
+
+
+async def blocked(fetcher: Fetcher, url: str, follow_redirects: bool = True) -> FetchError:
+    with pytest.raises(FetchError) as caught:
+        await fetcher.fetch(url, follow_redirects=follow_redirects)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("fd00::1", "private"),
+        ("169.254.169.254", "link_local"),
+        ("fe80::1", "link_local"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "not_global"),
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
+        ("93.184.215.14", None),
+        ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", None),
+    ],
+)
+def test_what_is_refused_by_default(address: str, reason: str | None) -> None:
+    assert refusal(ipaddress.ip_address(address)) == reason
+
+
+def test_allow_nets_open_ranges_but_never_the_mesh_endpoints() -> None:
+    guard = AddressGuard(["127.0.0.0/8", "10.0.0.0/8"])
+    assert guard.check("127.0.0.5", 80) is None
+    assert guard.check("10.9.9.9", 443) is None
+    assert guard.check("192.168.0.1", 80) == "private"
+
+
+async def test_the_mesh_endpoints_are_refused_even_inside_allow_nets(
+    nats_server: NatsServer,
+) -> None:
+    settings = guarded(nats_url=nats_server.url, allow_nets=("127.0.0.0/8",))
+    async with Fetcher(settings) as fetcher:
+        port = nats_server.url.rsplit(":", 1)[1]
+        error = await blocked(fetcher, f"http://127.0.0.1:{port}/")
+    assert (error.kind, error.transient) == ("blocked", False)
+    assert "mesh_endpoint" in error.message
+
+
+async def test_an_ip_literal_of_loopback_is_blocked_unless_allowed() -> None:
+    async with BadSite() as site:
+        site.add("/", HTML)
+        async with Fetcher(guarded()) as fetcher:
+            error = await blocked(fetcher, site.url("/"))
+        assert (error.kind, error.transient) == ("blocked", False)
+        assert "loopback" in error.message
+        assert site.hits["/"] == 0, "no request reached the server"
+        async with Fetcher(guarded(allow_nets=("127.0.0.0/8",))) as fetcher:
+            assert (await fetcher.fetch(site.url("/"))).body == HTML  # the negative case
+
+
+async def test_a_name_that_resolves_to_loopback_is_blocked_at_connect_time() -> None:
+    async with BadSite() as site, Fetcher(guarded()) as fetcher:
+        site.add("/", HTML)
+        error = await blocked(fetcher, f"http://localhost:{site.port}/")
+        assert error.kind == "blocked"
+        assert site.hits["/"] == 0
+
+
+async def test_a_redirect_hop_to_a_refused_address_is_blocked() -> None:
+    allowed = guarded(allow_nets=("127.0.0.2/32",))
+    async with BadSite(host="127.0.0.2") as outside, BadSite(host="127.0.0.3") as inside:
+        inside.add("/secret", HTML)
+        outside.redirect("/go", inside.url("/secret"), status=302)
+        async with Fetcher(allowed) as fetcher:
+            error = await blocked(fetcher, outside.url("/go"))
+            assert (error.kind, error.url) == ("blocked", inside.url("/secret"))
+            assert outside.hits["/go"] == 1, "the allowed hop was fetched"
+            assert inside.hits["/secret"] == 0, "the refused one was not"
+            # Unfollowed (the crawl's default), the target becomes a URL of its own that is
+            # refused when its own task fetches it.
+            got = await fetcher.fetch(outside.url("/go"), follow_redirects=False)
+            assert got.location == inside.url("/secret")
+            assert (await blocked(fetcher, inside.url("/secret"))).kind == "blocked"
+
+
+async def test_robots_fetches_pass_the_same_guard() -> None:
+    async with BadSite() as site, Fetcher(guarded()) as fetcher:
+        site.add("/robots.txt", "User-agent: *\nDisallow: /\n", content_type="text/plain")
+        verdict = await Robots(guarded(), fetcher).check(site.url("/page"))
+        assert site.hits["/robots.txt"] == 0
+        assert verdict.reason == "no_robots", "the page fetch itself will be blocked"
