@@ -28,6 +28,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from dispatcher.intake import Intake, Reading
+from dispatcher.poison import PoisonCollector
 from dispatcher.quota import AdmissionQuota
 from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
@@ -77,6 +78,7 @@ class Dispatcher:
         self._seen: SeenSet | None = None
         self._quota: AdmissionQuota | None = None
         self._outbox: Outbox | None = None
+        self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
         # lifecycle
         self._stopping = asyncio.Event()
         self._closed = False
@@ -105,6 +107,8 @@ class Dispatcher:
         self._sub = await self._js.pull_subscribe_bind(
             durable=DISPATCH_CONSUMER, stream=FRONTIER_STREAM
         )
+        self.poison = PoisonCollector(self._settings, self._js, self._outbox)
+        await self.poison.start()
 
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
@@ -119,6 +123,13 @@ class Dispatcher:
             await self._nc.close()
 
     async def run(self) -> None:
+        """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
+        assert self.poison is not None, "start() first"
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.poison.run(self._stopping))
+            await self._pull_frontier()
+
+    async def _pull_frontier(self) -> None:
         assert self._sub is not None, "start() first"
         while not self._stopping.is_set():
             try:

@@ -2,6 +2,7 @@
 
 jetcrawl topology    print the JetStream definitions for the nats CLI
 jetcrawl dispatcher  run a dispatcher (frontier -> sharded tasks)
+jetcrawl dlq         list or replay dead letters
 """
 
 from __future__ import annotations
@@ -74,7 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write one JSON line per result here")
     _crawl_limits(p)
     _results_parser(sub)
+    _dlq_parser(sub)
     return parser
+
+
+def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("dlq", help="list or replay dead letters (CRAWL_DEAD)")
+    actions = p.add_subparsers(dest="dlq_action", required=True, metavar="ACTION")
+    for name, text in [("list", "show dead letters"), ("replay", "send them back, then drop them")]:
+        a = actions.add_parser(name, help=text)
+        a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        a.add_argument("--stage", help="only this stage: seeds, discovered, task, fetch, poison")
+        a.add_argument("--reason", help="only this reason (max_deliveries, retries_exhausted, ...)")
+        if name == "list":
+            a.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -218,6 +232,14 @@ async def run_results(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_dlq(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.dlq import run_command
+
+    return await run_command(
+        settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)
+    )
+
+
 # ---------------------------------------------------------------- plumbing
 
 
@@ -260,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "crawl":
             settings = settings_from(args)
             return int(run_async(lambda: run_crawl(settings, args)))
+        if args.command == "dlq":
+            settings = settings_from(args)
+            return int(run_async(lambda: run_dlq(settings, args)))
     except JetcrawlError as e:
         print(f"jetcrawl: {e}", file=sys.stderr)
         return 2

@@ -34,13 +34,18 @@ DISCOVERED = "crawl.discovered"
 TASKS_PREFIX = "crawl.tasks."
 RESULTS_PREFIX = "crawl.results."
 DEAD_PREFIX = "crawl.dead."
+# What nats-server publishes when a task consumer gives up on a message (MaxDeliver reached).
+MAX_DELIVERIES_ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*"
 
 # --- streams, consumers, buckets
 FRONTIER_STREAM = "CRAWL_FRONTIER"
 TASKS_STREAM = "CRAWL_TASKS"
 RESULTS_STREAM = "CRAWL_RESULTS"
 DEAD_STREAM = "CRAWL_DEAD"
+ADVISORIES_STREAM = "CRAWL_ADVISORIES"
 DISPATCH_CONSUMER = "dispatch"
+POISON_CONSUMER = "poison"
+ADVISORIES_MAX_AGE_S = 7 * 24 * 3600.0
 SEEN_BUCKET = "crawl_seen"
 SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
@@ -124,10 +129,22 @@ class Topology:
                 num_replicas=replicas,
                 duplicate_window=settings.duplicate_window_s,
             ),
+            # Advisories are plain messages: kept here until the dispatchers' poison consumer
+            # has turned each into a dead letter (dispatcher/poison.py).
+            StreamConfig(
+                name=ADVISORIES_STREAM,
+                description="max-deliveries advisories of the task consumers: poison tasks",
+                subjects=[MAX_DELIVERIES_ADVISORIES],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=storage,
+                num_replicas=replicas,
+                max_age=ADVISORIES_MAX_AGE_S,
+            ),
             # The dedupe bucket, declared as the stream nats-py's create_key_value would make.
             StreamConfig(
                 name=SEEN_STREAM,
                 description="KV bucket crawl_seen: URL fingerprint -> admitting frontier sequence",
+                allow_msg_ttl=True,  # a mark may expire: re-crawl (recrawl_after_s)
                 subjects=[f"{SEEN_SUBJECT_PREFIX}>"],
                 retention=RetentionPolicy.LIMITS,
                 storage=storage,
@@ -187,7 +204,16 @@ class Topology:
                     max_deliver=settings.frontier_max_deliver,
                     **pull,  # type: ignore[arg-type]
                 ),
-            )
+            ),
+            (
+                ADVISORIES_STREAM,
+                ConsumerConfig(
+                    durable_name=POISON_CONSUMER,
+                    description="the dispatchers' shared poison-task collector",
+                    max_deliver=settings.frontier_max_deliver,
+                    **pull,  # type: ignore[arg-type]
+                ),
+            ),
         ]
         consumers += [
             (
@@ -196,7 +222,9 @@ class Topology:
                     durable_name=shard_consumer(shard),
                     description=f"tasks of shard {shard}",
                     filter_subject=task_subject(shard),
-                    max_deliver=settings.task_max_deliver,
+                    # Room for the politeness hand-backs, which are no attempts (the worker
+                    # subtracts them); a task crashing its worker every time still ends here.
+                    max_deliver=settings.task_max_deliver + settings.max_deferrals,
                     **pull,  # type: ignore[arg-type]
                 ),
             )
@@ -206,9 +234,17 @@ class Topology:
 
 
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`."""
+    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`.
+
+    With ``create_topology`` off, only :func:`verify` it: a service whose NATS user may not
+    create or change streams (compose, where the admin applies it with ``jetcrawl topology
+    --apply``) still refuses to run against a missing or different topology.
+    """
     topology = Topology.from_settings(settings)
     await check_shard_count(js, settings.shards)
+    if not settings.create_topology:
+        await verify(js, topology)
+        return await js.key_value(SEEN_BUCKET)
     for stream in topology.streams:
         await _ensure_stream(js, stream)
     for stream_name, consumer in topology.consumers:
@@ -234,6 +270,45 @@ async def check_shard_count(js: JetStreamContext, shards: int) -> None:
         )
     if int(recorded) != shards:
         raise ShardCountMismatch(existing=int(recorded), wanted=shards)
+
+
+async def verify(js: JetStreamContext, topology: Topology) -> None:
+    """Check that every stream and consumer exists with the fields we declare; read-only."""
+    problems: list[str] = []
+    for stream in topology.streams:
+        try:
+            info = await js.stream_info(stream.name or "")
+        except NotFoundError:
+            problems.append(f"stream {stream.name} is missing")
+            continue
+        problems += _differences(f"stream {stream.name}", stream.as_dict(), info.config.as_dict())
+    for stream_name, consumer in topology.consumers:
+        where = f"consumer {stream_name}/{consumer.durable_name}"
+        try:
+            cinfo = await js.consumer_info(stream_name, consumer.durable_name or "")
+        except NotFoundError:
+            problems.append(f"{where} is missing")
+            continue
+        problems += _differences(where, consumer.as_dict(), cinfo.config.as_dict())
+    if problems:
+        raise TopologyError(
+            "the JetStream topology is not the one this service declares ("
+            + "; ".join(problems)
+            + "); apply it with `jetcrawl topology --apply` as a user that may change it"
+        )
+
+
+def _differences(where: str, wanted: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    out = []
+    for key, value in _clean(wanted).items():
+        if value == 0 and not isinstance(value, bool):
+            continue  # not declared (nats-py renders an unset duration as 0): the server's default
+        have = actual.get(key)
+        if key == "metadata":  # the server adds keys of its own (_nats.*)
+            have = {k: v for k, v in (have or {}).items() if k in value}
+        if have != value:
+            out.append(f"{where} has {key}={have!r}, not {value!r}")
+    return out
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:

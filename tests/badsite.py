@@ -14,6 +14,10 @@ body bytes each response got written before the client went away:
 ``written[path]`` is the count; ``finished(path)`` is set when that handler has returned, so a
 test reads the final count after awaiting it instead of polling.
 
+``log`` lists every request as it arrived: ``(time.monotonic(), path)``, for tests that measure
+the spacing of requests at the server. ``add(..., times=n)`` answers the next n requests of a
+path that way before its usual answer (a 503 twice, then the page).
+
 ``BadSite(host=...)`` listens on another loopback address (127.0.0.2, ...: Linux routes all of
 127/8 to lo), for tests that tell hosts apart by address.
 
@@ -24,6 +28,7 @@ test reads the final count after awaiting it instead of polling.
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -82,7 +87,9 @@ class BadSite:
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
         self.routes: dict[str, Route] = {}
+        self._ahead: dict[str, list[Route]] = {}  # answers before the usual one (add(times=n))
         self.hits: Counter[str] = Counter()  # requests per path
+        self.log: list[tuple[float, str]] = []  # (monotonic arrival time, path)
         self.arrived: dict[str, asyncio.Event] = {}  # path -> set when a request comes in
         self.written: Counter[str] = Counter()
         self._finished: dict[str, asyncio.Event] = {}
@@ -105,11 +112,20 @@ class BadSite:
         content_type: str = "text/html; charset=utf-8",
         headers: dict[str, str] | None = None,
         gate: asyncio.Event | None = None,
+        times: int | None = None,
     ) -> None:
         raw = body.encode() if isinstance(body, str) else body
         all_headers = {"Content-Type": content_type} if content_type else {}
         all_headers.update(headers or {})
-        self.routes[path] = Route(status, raw, all_headers, gate)
+        route = Route(status, raw, all_headers, gate)
+        if times is None:
+            self.routes[path] = route
+        else:
+            self._ahead.setdefault(path, []).extend([route] * times)
+
+    def paths(self) -> list[str]:
+        """The paths requested, in arrival order, robots.txt left out."""
+        return [path for _, path in self.log if path != "/robots.txt"]
 
     def redirect(self, path: str, location: str, status: int = 301) -> None:
         self.add(path, status=status, content_type="", headers={"Location": location})
@@ -146,12 +162,14 @@ class BadSite:
             await self._runner.cleanup()
 
     def _arrive(self, path: str) -> None:
+        self.log.append((time.monotonic(), path))
         self.hits[path] += 1
         self.arrived.setdefault(path, asyncio.Event()).set()
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         self._arrive(request.path)
-        route = self.routes.get(request.path)
+        ahead = self._ahead.get(request.path)
+        route = ahead.pop(0) if ahead else self.routes.get(request.path)
         if route is None:
             return web.Response(status=404, text="not here", content_type="text/plain")
         if route.gate is not None:

@@ -63,6 +63,7 @@ class Mesh:
             "concurrency": 4,
             "drain_deadline_s": 10.0,
             "allow_nets": ("127.0.0.0/8",),
+            "host_delay_s": 0.0,  # the product's 1 s per host would make every crawl minutes
         }
         self.settings = Settings(nats_url=nats_url, etcd_url=etcd_url, **{**defaults, **settings})  # type: ignore[arg-type]
         self._workdir = workdir

@@ -56,6 +56,20 @@ class Capacity:
             self._free.clear()
         return True
 
+    @property
+    def freed(self) -> asyncio.Event:
+        """Set while a slot is free (for waiting on it together with other events)."""
+        return self._free
+
+    def try_take(self) -> bool:
+        """Take one slot if one is free, without waiting."""
+        if self._used >= self._limit:
+            return False
+        self._used += 1
+        if self._used >= self._limit:
+            self._free.clear()
+        return True
+
     def release(self) -> None:
         self._used -= 1
         assert self._used >= 0, "released more slots than taken"

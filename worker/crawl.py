@@ -1,37 +1,50 @@
-"""One task, start to finish: robots -> fetch -> parse -> publish result and links -> ack.
+"""One task, start to finish: robots -> politeness -> fetch -> parse -> publish -> ack.
 
 The task is acked only after JetStream has acknowledged its result and its discovered links, so a
 crash anywhere before that redelivers it; both publishes carry ``Nats-Msg-Id`` so the redelivery
-adds no second record. Transient failures are handed back with ``nak(delay)`` until the delivery
-count runs out (:mod:`worker.retry`); then the failure is the result.
+adds no second record. A task waits for its host's turn (:mod:`worker.politeness`) holding no
+fetch slot; a task handed back while waiting is not an attempt. Failures worth retrying are
+handed back with ``nak(delay)`` (:mod:`worker.retry`); when the attempts run out, the failure is
+the task's result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason ``retries_exhausted``)
+keeps the task for ``jetcrawl dlq replay``. A failure not worth retrying is just the result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.dlq import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
 from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
-from jetcrawl.urls import UrlRules, in_scope
+from jetcrawl.urls import UrlRules, host_of, in_scope
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
 from worker.parse import Page, extract
-from worker.retry import retry_delay
+from worker.politeness import Deferred, Politeness
+from worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
 from worker.robots import Robots
 
 log = logging.getLogger(__name__)
 
 PUBLISH_RETRY_DELAY_S = 1.0
 FAULT_AFTER_RESULT = "worker.after_result"
+# "worker.exit_on_url:<text>": the process exits when it is about to fetch a URL containing
+# <text>, every time — a poison task, for the tests of the max-deliveries path.
+FAULT_EXIT_ON_URL = "worker.exit_on_url:"
+HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
+MAX_REMEMBERED_DEFERRALS = 100_000
+PAUSE_STATUSES = frozenset({429, 503})
 
 
 @dataclass(slots=True)
@@ -43,6 +56,7 @@ class CrawlStats:
     retried: int = 0
     links_published: int = 0
     dead_letters: int = 0
+    deferred: int = 0  # waiting tasks handed back to make room (not attempts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,58 +75,142 @@ class TaskProcessor:
         outbox: Outbox,
         fetcher: Fetcher,
         robots: Robots,
+        politeness: Politeness,
     ) -> None:
         self._settings = settings
         self._worker_id = worker_id
         self._outbox = outbox
         self._fetcher = fetcher
         self._robots = robots
+        self._politeness = politeness
         self._rules = UrlRules.from_settings(settings)
+        self._backoff = Backoff(
+            settings.task_max_deliver, settings.retry_base_delay_s, settings.retry_max_delay_s
+        )
+        # Politeness hand-backs per task (stream sequence): deliveries that were no attempt.
+        self._deferrals: OrderedDict[int, int] = OrderedDict()
         self.stats = CrawlStats()
 
-    async def process(self, msg: Msg, owner: Ownership) -> None:
+    async def process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
+        """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
         try:
             task = Task.from_wire(msg.data)
         except MessageError as e:
             await self._dead_letter(msg, e.reason, e.detail)
             return
-        delivered = msg.metadata.num_delivered or 1
+        seq = msg.metadata.sequence.stream
+        deferrals = self._deferrals.get(seq, 0)
+        attempt = max(1, (msg.metadata.num_delivered or 1) - deferrals)
         started = time.time()
         verdict = await self._robots.check(task.url)
         if not verdict.allowed and verdict.reason == "unavailable":
-            delay = retry_delay(delivered, self._settings.task_max_deliver, transient=True)
-            if delay is not None:
-                await self._retry(msg, delay)
-                return
-            result = self._failure(
-                task, owner, started, delivered, "robots_unavailable", "robots.txt unavailable"
+            await self._failed(
+                msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, "robots.txt unavailable"
             )
-            await self._finish(msg, result, None)
             return
         if not verdict.allowed:
             self.stats.disallowed += 1
-            result = self._result(task, owner, started, delivered, "robots_disallowed", None, None)
-            await self._finish(msg, result, None)
+            result = self._result(task, owner, started, attempt, "robots_disallowed", None, None)
+            await self._finish(msg, task, result, None)
             return
+
+        turn = await self._politeness.turn(
+            host_of(task.url),
+            verdict.crawl_delay_s,
+            deferrable=deferrals < self._settings.max_deferrals,
+            unless=abandoned,
+        )
+        if turn is None:
+            await msg.nak()  # lease lost: the next owner takes it at once
+            return
+        if isinstance(turn, Deferred):
+            self._remember_deferral(seq, deferrals + 1)
+            await msg.nak(delay=turn.delay_s)
+            self.stats.deferred += 1
+            return
+        pause_s = None
         try:
-            fetched = await self._fetcher.fetch(
+            self._fault_before_fetch(task)
+            response = await self._fetcher.fetch(
                 task.url, follow_redirects=self._settings.follow_redirects
             )
+            if response.status in PAUSE_STATUSES:  # Retry-After pauses the whole host
+                pause_s = retry_after_s(
+                    response.headers.get("retry-after"),
+                    time.time(),
+                    self._settings.max_retry_after_s,
+                )
+            fetched: Fetched | FetchError = response
         except FetchError as e:
-            delay = retry_delay(delivered, self._settings.task_max_deliver, e.transient)
-            if delay is not None:
-                await self._retry(msg, delay)
-                return
-            self.stats.failed += 1
-            result = self._failure(task, owner, started, delivered, e.kind, e.message)
-            await self._finish(msg, result, None)
+            fetched = e
+        finally:
+            self._politeness.done(turn, pause_s=pause_s)
+
+        if isinstance(fetched, FetchError):
+            await self._failed(msg, task, owner, started, attempt, fetched.kind, fetched.message)
+            return
+        if retryable(status=fetched.status):
+            message = f"HTTP {fetched.status}"
+            await self._failed(
+                msg, task, owner, started, attempt, HTTP_STATUS, message, fetched, pause_s
+            )
             return
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
             page = extract(fetched.body, fetched.final_url, fetched.charset, self._rules)
         self.stats.fetched += 1
-        result = self._result(task, owner, started, delivered, "fetched", fetched, page)
-        await self._finish(msg, result, self._discovered(task, fetched, page))
+        result = self._result(task, owner, started, attempt, "fetched", fetched, page)
+        await self._finish(msg, task, result, self._discovered(task, fetched, page))
+
+    async def _failed(
+        self,
+        msg: Msg,
+        task: Task,
+        owner: Ownership,
+        started: float,
+        attempt: int,
+        kind: str,
+        message: str,
+        fetched: Fetched | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Retry a failure worth it while attempts remain; else it is the task's result."""
+        status = fetched.status if fetched is not None else None
+        error_kind = kind if fetched is None else None
+        delay = retry_delay(
+            attempt, self._backoff, kind=error_kind, status=status, retry_after=retry_after
+        )
+        if delay is not None:
+            await self._retry(msg, delay)
+            return
+        self.stats.failed += 1
+        result = self._result(task, owner, started, attempt, "failed", fetched, None)
+        result = dataclasses.replace(result, error=Failure(kind, message))
+        letter = None
+        if retryable(kind=error_kind, status=status):  # the attempts ran out
+            letter = DeadLetter.of(
+                stage=STAGE_FETCH,
+                reason="retries_exhausted",
+                detail=f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
+                subject=msg.subject,
+                received_at=time.time(),
+                original=msg.data,
+                max_bytes=self._settings.dead_original_max_bytes,
+                stream_seq=msg.metadata.sequence.stream,
+            )
+        await self._finish(msg, task, result, None, letter)
+
+    def _remember_deferral(self, seq: int, deferrals: int) -> None:
+        self._deferrals[seq] = deferrals
+        self._deferrals.move_to_end(seq)
+        while len(self._deferrals) > MAX_REMEMBERED_DEFERRALS:
+            self._deferrals.popitem(last=False)
+
+    def _fault_before_fetch(self, task: Task) -> None:
+        fault = self._settings.fault
+        if fault.startswith(FAULT_EXIT_ON_URL) and fault[len(FAULT_EXIT_ON_URL) :] in task.url:
+            log.error("fault injection: exiting before fetching %s", task.url)
+            os._exit(137)
 
     # ------------------------------------------------------------------ building records
 
@@ -191,10 +289,25 @@ class TaskProcessor:
 
     # ------------------------------------------------------------------ publishing and acking
 
-    async def _finish(self, msg: Msg, result: Result, links: Discovered | None) -> None:
-        outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: result.fp})]
+    async def _finish(
+        self,
+        msg: Msg,
+        task: Task,
+        result: Result,
+        links: Discovered | None,
+        letter: DeadLetter | None = None,
+    ) -> None:
+        crawl_id = task.crawl_id
+        replay = (msg.headers or {}).get(REPLAY_HEADER)
+        if replay:  # a replayed dead letter: its records must not be dropped as duplicates
+            crawl_id = f"{crawl_id}-replay-{replay}"
+        outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if links is not None:
-            outgoing.append(Outgoing(DISCOVERED, links.to_wire(), {MSG_ID: f"links-{result.fp}"}))
+            outgoing.append(Outgoing(DISCOVERED, links.to_wire(), {MSG_ID: f"links-{crawl_id}"}))
+        if letter is not None:
+            outgoing.append(
+                Outgoing(dead_subject(letter.stage), letter.to_wire(), {MSG_ID: f"dead-{crawl_id}"})
+            )
         acks = await self._outbox.send(outgoing)
         failed = [a for a in acks if isinstance(a, PublishFailed)]
         if failed:
@@ -208,6 +321,8 @@ class TaskProcessor:
         self.stats.tasks += 1
         if links is not None:
             self.stats.links_published += len(links.links)
+        if letter is not None:
+            self.stats.dead_letters += 1
 
     async def _retry(self, msg: Msg, delay_s: float) -> None:
         await msg.nak(delay=delay_s)
@@ -215,7 +330,7 @@ class TaskProcessor:
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
         letter = DeadLetter.of(
-            stage="task",
+            stage=STAGE_TASK,
             reason=reason,
             detail=detail,
             subject=msg.subject,
@@ -226,7 +341,7 @@ class TaskProcessor:
         )
         msg_id = f"dead-task-{msg.metadata.sequence.stream}"
         [ack] = await self._outbox.send(
-            [Outgoing(dead_subject("task"), letter.to_wire(), {MSG_ID: msg_id})]
+            [Outgoing(dead_subject(STAGE_TASK), letter.to_wire(), {MSG_ID: msg_id})]
         )
         if isinstance(ack, PublishFailed):
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)

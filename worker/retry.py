@@ -1,26 +1,77 @@
-"""Retry as a pure function of the attempt and the failure.
+"""Retry as a pure function of the failure and the attempt.
 
-JetStream's delivery count is the attempt counter: a transient failure on delivery ``n`` is handed
-back with ``nak(delay)``; on the last allowed delivery the failure becomes the task's result.
+A failure is a fetch error's kind or a response's status. Worth another attempt: timeouts,
+connection and DNS errors (the transient kinds of :mod:`worker.errors`), robots.txt unavailable,
+5xx, 408 and 429. Anything else (other 4xx, robots denials, non-HTML, too large, blocked, bad
+redirects) is recorded once. ``attempt`` is the task's attempt number, 1 for the first: JetStream's
+delivery count less the politeness hand-backs (:mod:`worker.politeness`), which are not attempts.
+
+The delay doubles per attempt from ``base_s`` up to ``max_s``, with full jitter in its upper half;
+a server's ``Retry-After`` (429, 503) raises it to at least what the server asked, capped.
 """
 
 from __future__ import annotations
 
+import email.utils
 import random
+from dataclasses import dataclass
 
-BASE_DELAY_S = 1.0
-MAX_DELAY_S = 60.0
+from worker.errors import TRANSIENT_KINDS
+
+__all__ = ["RETRY_STATUSES", "Backoff", "retry_after_s", "retry_delay", "retryable"]
+
+RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
+ROBOTS_UNAVAILABLE = "robots_unavailable"
+RETRY_KINDS = TRANSIENT_KINDS | {ROBOTS_UNAVAILABLE}
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    max_attempts: int  # the last attempt's number (the tasks' max_deliver)
+    base_s: float = 1.0
+    max_s: float = 60.0
+
+
+def retryable(*, kind: str | None = None, status: int | None = None) -> bool:
+    """Whether a failure of this kind (fetch error) or status (response) may pass on retry."""
+    if kind is not None:
+        return kind in RETRY_KINDS
+    return status is not None and (status in RETRY_STATUSES or 500 <= status < 600)
 
 
 def retry_delay(
-    delivered: int, max_deliver: int, transient: bool, rng: random.Random | None = None
+    attempt: int,
+    backoff: Backoff,
+    *,
+    kind: str | None = None,
+    status: int | None = None,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
 ) -> float | None:
-    """Seconds to wait before the next attempt, or None when the failure is final.
-
-    ``delivered`` is JetStream's delivery count of this attempt (1 for the first). The delay doubles
-    per attempt from ``BASE_DELAY_S`` up to ``MAX_DELAY_S``, with full jitter in its upper half.
-    """
-    if not transient or delivered >= max_deliver:
+    """Seconds to wait before the next attempt, or None when this failure is final."""
+    if not retryable(kind=kind, status=status) or attempt >= backoff.max_attempts:
         return None
-    ceiling = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (delivered - 1))
-    return ceiling / 2 + (rng or random).random() * ceiling / 2
+    ceiling = min(backoff.max_s, backoff.base_s * 2 ** (attempt - 1))
+    delay = ceiling / 2 + (rng or random).random() * ceiling / 2
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return delay
+
+
+def retry_after_s(value: str | None, now: float, cap_s: float) -> float | None:
+    """A ``Retry-After`` header (delay-seconds or an HTTP-date) as seconds from ``now``, capped.
+
+    ``now`` is epoch seconds; a date in the past is 0; an unreadable value is None.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), cap_s)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a bare one is read as such
+        return None
+    return min(max(0.0, when.timestamp() - now), cap_s)

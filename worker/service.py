@@ -2,8 +2,13 @@
 
 It implements the registry's ``ShardOwner`` protocol: ``on_acquired`` starts a pull loop for the
 shard, ``on_revoke`` stops it and waits for its in-flight tasks (under ``drain_deadline_s``), and
-``on_lease_lost`` stops every pull loop at once. All pull loops are tasks of the TaskGroup that
-``run()`` holds open, so nothing outlives the worker.
+``on_lease_lost`` stops every pull loop at once. All pull loops, and the keepalive loop that
+sends in-progress acks for the tasks they hold, are tasks of the TaskGroup that ``run()`` holds
+open, so nothing outlives the worker.
+
+Two limits, shared by every shard: ``concurrency`` fetches in flight (a task takes a fetch slot
+only for its host's turn, :mod:`worker.politeness`), and ``concurrency + waiting_max`` tasks held
+(pulled and not yet acked: in flight, reading robots.txt or waiting for their host).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer
 from worker.capacity import Capacity
 from worker.crawl import CrawlStats, Ownership, TaskProcessor
 from worker.fetcher import Fetcher
+from worker.keepalive import KeepAlive
+from worker.politeness import Politeness
 from worker.robots import Robots
 from worker.shards import ShardPuller
 
@@ -39,9 +46,13 @@ class Worker:
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
         self._processor: TaskProcessor | None = None
-        # shards and capacity
-        self._capacity = Capacity(settings.concurrency)
+        # shards, limits and politeness
+        self._capacity = Capacity(settings.concurrency)  # fetches in flight
+        self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
+        self._keepalive = KeepAlive(settings.ack_wait_s)
+        self.politeness = Politeness(settings, self._capacity, self._holding)
         self._pullers: dict[int, tuple[ShardPuller, asyncio.Task[None]]] = {}
+        self._pulling: set[asyncio.Task[None]] = set()  # every pull loop's task, until it ends
         self._tg: asyncio.TaskGroup | None = None
         # lifecycle
         self._running = asyncio.Event()
@@ -65,17 +76,21 @@ class Worker:
         fetcher = await self._resources.enter_async_context(Fetcher(self._settings))
         robots = Robots(self._settings, fetcher)
         self._processor = TaskProcessor(
-            self._settings, self.worker_id, Outbox(self._nc), fetcher, robots
+            self._settings, self.worker_id, Outbox(self._nc), fetcher, robots, self.politeness
         )
 
     async def run(self) -> None:
         """Hold the TaskGroup of all pull loops until ``stop()``, then drain them."""
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
+            keepalive = tg.create_task(self._keepalive.run())
             self._running.set()
             await self._stopping.wait()
             for puller, _ in self._pullers.values():
                 puller.stop()
+            if self._pulling:
+                await asyncio.wait(self._pulling)  # what they hold is finished or handed back
+            keepalive.cancel()
         self._tg = None
 
     async def wait_running(self) -> None:
@@ -112,8 +127,13 @@ class Worker:
         if shard in self._pullers or self._stopping.is_set():
             return
         sub = await self._js.pull_subscribe_bind(durable=shard_consumer(shard), stream=TASKS_STREAM)
-        puller = ShardPuller(Ownership(shard, fence), sub, self._capacity, self._processor.process)
-        self._pullers[shard] = (puller, self._tg.create_task(puller.run()))
+        puller = ShardPuller(
+            Ownership(shard, fence), sub, self._holding, self._keepalive, self._processor.process
+        )
+        task = self._tg.create_task(puller.run())
+        self._pulling.add(task)
+        task.add_done_callback(self._pulling.discard)
+        self._pullers[shard] = (puller, task)
         log.info("worker %s owns shard %d (fence %d)", self.worker_id, shard, fence)
 
     async def on_revoke(self, shard: int) -> None:

@@ -1,10 +1,12 @@
 """One owned shard: a pull loop on its ``shard-<n>`` consumer.
 
-It fetches only while the worker has a free slot, as many tasks as there are free slots
-(:mod:`worker.capacity`), and takes a slot for each task before starting it. Each message
-becomes a task in the puller's own TaskGroup, so "drained" means the group has exited. Stopping
-is graceful by default — stop fetching, finish what was fetched — which hands a shard over with
-no redelivery; ``abandon()`` (lease lost) stops fetching and hands back what was not started.
+It fetches only while the worker can hold more tasks, as many as it has room for (the worker's
+``holding``: tasks in flight plus tasks waiting for their host, :mod:`worker.politeness`), and
+takes a place for each task before starting it. Each held task is kept alive with in-progress
+acks (:mod:`worker.keepalive`). Each message becomes a task in the puller's own TaskGroup, so
+"drained" means the group has exited. Stopping is graceful by default — stop fetching, finish
+what was fetched — which hands a shard over with no redelivery; ``abandon()`` (lease lost) stops
+fetching and hands back what was not started, waiting tasks included.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from nats.js import JetStreamContext
 
 from worker.capacity import Capacity
 from worker.crawl import Ownership
+from worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +35,14 @@ class ShardPuller:
         self,
         owner: Ownership,
         sub: JetStreamContext.PullSubscription,
-        capacity: Capacity,
-        process: Callable[[Msg, Ownership], Awaitable[None]],
+        holding: Capacity,
+        keepalive: KeepAlive,
+        process: Callable[[Msg, Ownership, asyncio.Event], Awaitable[None]],
     ) -> None:
         self.owner = owner
         self._sub = sub
-        self._capacity = capacity
+        self._holding = holding
+        self._keepalive = keepalive
         self._process = process
         self._stopping = asyncio.Event()
         self._abandoned = asyncio.Event()
@@ -55,9 +60,9 @@ class ShardPuller:
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                while await self._capacity.wait_free(unless=self._stopping):
-                    for msg in await self._pull(min(MAX_BATCH, self._capacity.free_slots)):
-                        if await self._capacity.take(unless=self._abandoned):
+                while await self._holding.wait_free(unless=self._stopping):
+                    for msg in await self._pull(min(MAX_BATCH, self._holding.free_slots)):
+                        if await self._holding.take(unless=self._abandoned):
                             tg.create_task(self._run_one(msg))
                         else:
                             await msg.nak()  # lease lost: the next owner takes it at once
@@ -80,12 +85,13 @@ class ShardPuller:
 
     async def _run_one(self, msg: Msg) -> None:
         try:
-            await self._process(msg, self.owner)
+            with self._keepalive.holding(msg):
+                await self._process(msg, self.owner, self._abandoned)
         except NatsError as e:
             # The ack or nak did not reach the server: JetStream redelivers after AckWait.
             log.warning("task on shard %d left unacknowledged: %r", self.owner.shard, e)
         finally:
-            self._capacity.release()
+            self._holding.release()
 
     async def _pause(self) -> None:
         try:

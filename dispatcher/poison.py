@@ -1,0 +1,127 @@
+"""Poison tasks: from JetStream's max-deliveries advisory to a ``CRAWL_DEAD`` record.
+
+A task that crashes or hangs its worker every time is never acked. After MaxDeliver deliveries
+JetStream stops delivering it, leaves it in ``CRAWL_TASKS`` (a work queue keeps what is not
+acked), and publishes an advisory; stream ``CRAWL_ADVISORIES`` keeps the advisory (advisories
+are plain messages), so none is lost while no dispatcher runs. The collector, a loop of every
+dispatcher on the shared durable consumer ``poison`` (one of them gets each advisory), reads the
+task by its stream sequence, writes a dead letter (stage ``poison``, reason ``max_deliveries``,
+``Nats-Msg-Id`` by sequence, so a redelivered advisory adds none), deletes the task from the work
+queue, and only then acks the advisory. A task that is gone already (acked late by a slow worker,
+or handled before) just has its advisory acked. ``jetcrawl dlq replay --stage poison`` sends it
+back to its shard.
+
+It runs in the dispatcher because the dispatcher runs wherever a crawl does and, like the
+frontier intake, is safe to run many times over one shared consumer; a worker would only
+collect while it owned shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.dlq import STAGE_POISON
+from jetcrawl.messages import DeadLetter
+from jetcrawl.settings import Settings
+from jetcrawl.topology import ADVISORIES_STREAM, POISON_CONSUMER, TASKS_STREAM, dead_subject
+
+__all__ = ["PoisonCollector", "PoisonStats"]
+
+log = logging.getLogger(__name__)
+
+BATCH = 16
+FETCH_WAIT_S = 0.5
+RETRY_DELAY_S = 1.0
+REASON = "max_deliveries"
+
+
+@dataclass(slots=True)
+class PoisonStats:
+    dead_lettered: int = 0
+    gone: int = 0  # advisories of tasks no longer in the work queue
+    unreadable: int = 0  # advisories that are not what we expect (terminated)
+
+
+class PoisonCollector:
+    def __init__(self, settings: Settings, js: JetStreamContext, outbox: Outbox) -> None:
+        self._settings = settings
+        self._js = js
+        self._outbox = outbox
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self.stats = PoisonStats()
+
+    async def start(self) -> None:
+        self._sub = await self._js.pull_subscribe_bind(
+            durable=POISON_CONSUMER, stream=ADVISORIES_STREAM
+        )
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        assert self._sub is not None, "start() first"
+        while not stopping.is_set():
+            try:
+                msgs = await self._sub.fetch(BATCH, timeout=FETCH_WAIT_S)
+            except TimeoutError:
+                continue  # nothing to collect (nats-py raises a TimeoutError subclass too)
+            except NatsError as e:
+                log.warning("poison fetch failed, retrying: %r", e)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), RETRY_DELAY_S)
+                continue
+            for msg in msgs:
+                await self._handle(msg)
+
+    async def _handle(self, advisory: Msg) -> None:
+        try:
+            doc = orjson.loads(advisory.data)
+            seq, consumer = int(doc["stream_seq"]), str(doc.get("consumer", "?"))
+            deliveries = int(doc.get("deliveries", 0))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.error("unreadable max-deliveries advisory: %r", advisory.data[:300])
+            self.stats.unreadable += 1
+            await advisory.term()
+            return
+        try:
+            await self._dead_letter(seq, consumer, deliveries)
+        except (NatsError, TimeoutError, PublishFailed) as e:
+            log.warning("poison task seq %d not dead-lettered yet: %r", seq, e)
+            await advisory.nak(delay=RETRY_DELAY_S)
+            return
+        await advisory.ack()
+
+    async def _dead_letter(self, seq: int, consumer: str, deliveries: int) -> None:
+        try:
+            task = await self._js.get_msg(TASKS_STREAM, seq)
+        except NotFoundError:
+            self.stats.gone += 1
+            return
+        letter = DeadLetter.of(
+            stage=STAGE_POISON,
+            reason=REASON,
+            detail=f"consumer {consumer} delivered it {deliveries} times, never acked",
+            subject=task.subject or "",
+            received_at=time.time(),
+            original=task.data or b"",
+            max_bytes=self._settings.dead_original_max_bytes,
+            stream_seq=seq,
+        )
+        msg_id = f"dead-poison-{seq}"
+        [ack] = await self._outbox.send(
+            [Outgoing(dead_subject(STAGE_POISON), letter.to_wire(), {MSG_ID: msg_id})]
+        )
+        if isinstance(ack, PublishFailed):
+            raise ack
+        with contextlib.suppress(NotFoundError):
+            await self._js.delete_msg(TASKS_STREAM, seq)
+        log.warning("poison task dead-lettered (seq %d, %s): %s", seq, consumer, letter.detail)
+        self.stats.dead_lettered += 1

@@ -1,0 +1,298 @@
+"""A dispatcher and a worker (in this process, owning every shard) against misbehaving sites.
+
+Politeness measured at the server (request arrival times), Retry-After, the slow host that must
+not hold up the fast ones, retries then success, retries running out, redirects through the
+frontier, and the SSRF guard inside a crawl. Each site listens on its own loopback address, so
+each is a host of its own for politeness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from nats.js import JetStreamContext
+
+from dispatcher import Dispatcher
+from jetcrawl.drain import Snapshot, snapshot
+from jetcrawl.embedded import NatsServer
+from jetcrawl.messages import DeadLetter, Result, Task
+from jetcrawl.settings import Settings
+from jetcrawl.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, TASKS_STREAM, shard_consumer
+from tests.badsite import BadSite
+from tests.streams import eventually, stored
+from worker import Worker
+
+SHARDS = 4
+
+
+def settings_for(nats_server: NatsServer, **changes: Any) -> Settings:
+    return Settings(
+        nats_url=nats_server.url,
+        shards=SHARDS,
+        ack_wait_s=2.0,
+        concurrency=4,
+        host_delay_s=0.0,
+        retry_base_delay_s=0.05,
+        allow_nets=("127.0.0.0/8",),
+        connect_timeout_s=2.0,
+        read_timeout_s=2.0,
+        total_timeout_s=5.0,
+    ).replace(**changes)
+
+
+@asynccontextmanager
+async def crawling(settings: Settings) -> AsyncIterator[Worker]:
+    """A dispatcher and a worker that owns every shard, until the block ends."""
+    async with (
+        Dispatcher(settings) as dispatcher,
+        Worker(settings, "w1") as worker,
+        asyncio.TaskGroup() as tg,
+    ):
+        tg.create_task(dispatcher.run())
+        tg.create_task(worker.run())
+        await worker.wait_running()
+        for shard in range(settings.shards):
+            await worker.on_acquired(shard, fence=1)
+        try:
+            yield worker
+        finally:
+            worker.stop()
+            dispatcher.stop()
+
+
+async def seed(js: JetStreamContext, urls: Iterable[str]) -> None:
+    for url in urls:  # one message each: their tasks are published in this order
+        await js.publish(SEEDS, orjson.dumps({"url": url, "scope": "any"}))
+
+
+async def drained(js: JetStreamContext, shards: int = SHARDS, within_s: float = 30) -> Snapshot:
+    previous: Snapshot | None = None
+    current: Snapshot | None = None
+
+    async def settled() -> bool:
+        nonlocal previous, current
+        previous, current = current, await snapshot(js, shards)
+        return current.settled_after(previous)
+
+    await eventually(settled, within_s)
+    assert current is not None
+    return current
+
+
+async def results(js: JetStreamContext) -> dict[str, Result]:
+    out: dict[str, Result] = {}
+    for m in await stored(js, RESULTS_STREAM):
+        result = Result.from_wire(m.data)
+        assert result.url not in out, f"two results for {result.url}"
+        out[result.url] = result
+    return out
+
+
+async def dead_letters(js: JetStreamContext) -> list[DeadLetter]:
+    return [DeadLetter.from_wire(m.data) for m in await stored(js, DEAD_STREAM)]
+
+
+async def redelivered(js: JetStreamContext, shards: int = SHARDS) -> int:
+    total = 0
+    for shard in range(shards):
+        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
+        total += info.num_redelivered or 0
+    return total
+
+
+def page(*links: str, title: str = "p") -> str:
+    return f"<title>{title}</title>" + "".join(f"<a href='{link}'>x</a>" for link in links)
+
+
+def site_of(host: str, pages: int, robots: str = "") -> BadSite:
+    site = BadSite(host=host)
+    site.add("/", page(*(f"/p{n}" for n in range(pages))))
+    for n in range(pages):
+        site.add(f"/p{n}", page(title=f"p{n}"))
+    if robots:
+        site.add("/robots.txt", robots, content_type="text/plain")
+    return site
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+# --- politeness
+
+
+async def test_crawl_delay_spaces_requests_and_waiting_past_ack_wait_is_no_attempt(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # Crawl-delay 0.4 s and AckWait 1 s: the last of 6 pages waits about 2.4 s for its turn.
+    settings = settings_for(nats_server, ack_wait_s=1.0)
+    async with (
+        site_of("127.0.0.2", 6, robots="User-agent: *\nCrawl-delay: 0.4\n") as polite,
+        site_of("127.0.0.3", 6) as eager,  # the negative case: no Crawl-delay, no host delay
+        crawling(settings) as worker,
+    ):
+        await seed(js, [polite.url("/"), eager.url("/")])
+        await drained(js)
+        assert worker.stats.deferred == 0, "no pressure: every task waited in the worker"
+    spaced = gaps([t for t, path in polite.log if path != "/robots.txt"])
+    assert len(spaced) == 6 and min(spaced) >= 0.37, spaced
+    assert max(gaps([t for t, path in eager.log if path != "/robots.txt"])) < 0.3
+    crawled = await results(js)
+    assert len(crawled) == 14
+    assert {r.attempt for r in crawled.values()} == {1}, "waiting is not an attempt"
+    assert await redelivered(js) == 0, "kept alive past AckWait: JetStream never took one back"
+
+
+async def test_crawl_delay_is_capped(nats_server: NatsServer, js: JetStreamContext) -> None:
+    settings = settings_for(nats_server, max_crawl_delay_s=0.2)
+    async with (
+        site_of("127.0.0.2", 3, robots="User-agent: *\nCrawl-delay: 3600\n") as site,
+        crawling(settings),
+    ):
+        await seed(js, [site.url("/")])
+        await drained(js)
+    spaced = gaps([t for t, path in site.log if path != "/robots.txt"])
+    assert min(spaced) >= 0.18 and max(spaced) < 1.0, spaced
+
+
+async def test_retry_after_pauses_the_whole_host(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    async with site_of("127.0.0.2", 4) as site, crawling(settings_for(nats_server)):
+        site.add("/p0", status=429, headers={"Retry-After": "1"}, times=1)
+        await seed(js, [site.url("/")])
+        await drained(js)
+    [refused_at] = [t for t, path in site.log if path == "/p0"][:1]
+    after = [t - refused_at for t, path in site.log if t > refused_at]
+    assert len(after) == 4, site.paths()  # p1, p2, p3 and p0 again
+    assert min(after) >= 0.95, "no request to the host during its Retry-After"
+    crawled = await results(js)
+    assert (crawled[site.url("/p0")].status, crawled[site.url("/p0")].attempt) == (200, 2)
+
+
+async def test_a_slow_host_does_not_hold_up_fast_hosts_in_its_shard(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # One shard. The slow host (Crawl-delay 0.5 s) has 12 pages queued before the fast hosts'
+    # 48 tasks, and the worker holds at most 4 + 4 tasks. A slow task waiting its turn holds no
+    # fetch slot; when the holding is full, the slow tasks whose turn is beyond AckWait (1 s)
+    # are handed back to JetStream for later, so the puller reaches the fast hosts' tasks.
+    settings = settings_for(nats_server, shards=1, concurrency=4, buffer_max=4, ack_wait_s=1.0)
+    async with (
+        site_of("127.0.0.2", 12, robots="User-agent: *\nCrawl-delay: 0.5\n") as slow,
+        site_of("127.0.0.3", 15) as fast1,
+        site_of("127.0.0.4", 15) as fast2,
+        site_of("127.0.0.5", 15) as fast3,
+        crawling(settings) as worker,
+    ):
+        await seed(js, [slow.url("/")])
+        await eventually(lambda: _has_result(js, slow.url("/")))  # its links are queued first
+        await seed(js, [fast1.url("/"), fast2.url("/"), fast3.url("/")])
+        await drained(js, shards=1)
+        deferred = worker.stats.deferred
+    crawled = await results(js)
+    assert len(crawled) == 13 + 3 * 16
+    slow_pages = sorted(t for t, path in slow.log if path.startswith("/p"))
+    fast_done = max(t for site in (fast1, fast2, fast3) for t, _ in site.log)
+    assert fast_done < slow_pages[1], "the fast hosts were done before the slow one's 2nd page"
+    assert min(gaps(slow_pages)) >= 0.47, "and the slow host still got its Crawl-delay"
+    assert deferred > 0, "the holding filled up and made room"
+    assert {r.attempt for r in crawled.values()} == {1}, "hand-backs are not attempts"
+
+
+async def _has_result(js: JetStreamContext, url: str) -> bool:
+    return any(r == url for r in await results(js))
+
+
+# --- retries
+
+
+async def test_a_flaky_page_is_retried_until_it_answers(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    async with site_of("127.0.0.2", 2) as site, crawling(settings_for(nats_server)):
+        site.add("/p0", status=503, times=2)
+        site.add("/p1", status=404)  # not worth a retry: recorded once
+        await seed(js, [site.url("/")])
+        await drained(js)
+    crawled = await results(js)
+    flaky, missing = crawled[site.url("/p0")], crawled[site.url("/p1")]
+    assert (flaky.outcome, flaky.status, flaky.attempt) == ("fetched", 200, 3)
+    assert site.hits["/p0"] == 3
+    assert (missing.outcome, missing.status, missing.attempt) == ("fetched", 404, 1)
+    assert site.hits["/p1"] == 1
+    assert await dead_letters(js) == []
+
+
+async def test_when_retries_run_out_the_failure_is_the_result_and_a_dead_letter(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server, task_max_deliver=3)
+    async with site_of("127.0.0.2", 1) as site, crawling(settings):
+        site.add("/p0", status=500)
+        await seed(js, [site.url("/")])
+        await drained(js)
+    failed = (await results(js))[site.url("/p0")]
+    assert (failed.outcome, failed.status, failed.attempt) == ("failed", 500, 3)
+    assert failed.error is not None and failed.error.kind == "http_status"
+    assert site.hits["/p0"] == 3
+    [letter] = await dead_letters(js)
+    assert (letter.stage, letter.reason) == ("fetch", "retries_exhausted")
+    assert Task.from_wire(letter.original).url == site.url("/p0"), "the task, for a replay"
+
+
+# --- redirects and the SSRF guard inside a crawl
+
+
+async def test_a_cross_host_redirect_goes_back_through_the_frontier(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    async with (
+        BadSite(host="127.0.0.2") as here,
+        BadSite(host="127.0.0.3") as there,
+        crawling(settings_for(nats_server)) as worker,
+    ):
+        there.add("/robots.txt", "User-agent: *\nCrawl-delay: 0.1\n", content_type="text/plain")
+        there.add("/landing", page(title="landing"))
+        here.add("/", page("/moved", "/loop-a"))
+        here.redirect("/moved", there.url("/landing"))
+        here.redirect("/loop-a", "/loop-b")
+        here.redirect("/loop-b", "/loop-a")
+        await seed(js, [here.url("/")])
+        await drained(js)
+        assert worker.stats.failed == 0
+    crawled = await results(js)
+    moved, landing = crawled[here.url("/moved")], crawled[there.url("/landing")]
+    assert (moved.status, moved.redirect_to) == (301, there.url("/landing"))
+    assert (landing.status, landing.title, landing.parent) == (200, "landing", here.url("/moved"))
+    assert landing.depth == moved.depth, "a redirect hop is not a link"
+    assert there.hits["/robots.txt"] == 1, "the target host's own robots and politeness apply"
+    # A loop ends at the seen set: each hop is one record, fetched once.
+    assert crawled[here.url("/loop-a")].redirect_to == here.url("/loop-b")
+    assert crawled[here.url("/loop-b")].redirect_to == here.url("/loop-a")
+    assert (here.hits["/loop-a"], here.hits["/loop-b"]) == (1, 1)
+
+
+async def test_a_link_to_a_refused_address_is_a_blocked_result_without_retries(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server, allow_nets=("127.0.0.2/32",))
+    async with (
+        BadSite(host="127.0.0.2") as public,
+        BadSite(host="127.0.0.3") as internal,
+        crawling(settings),
+    ):
+        internal.add("/admin", page(title="secret"))
+        public.add("/", page(internal.url("/admin")))
+        await seed(js, [public.url("/")])
+        await drained(js)
+    refused = (await results(js))[internal.url("/admin")]
+    assert (refused.outcome, refused.attempt) == ("failed", 1)
+    assert refused.error is not None and refused.error.kind == "blocked"
+    assert internal.log == [], "not even its robots.txt was asked for"
+    assert await dead_letters(js) == [], "recorded once, not dead-lettered"

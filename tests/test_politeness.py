@@ -1,0 +1,218 @@
+"""Politeness as a unit: the scheduling rule, turns per host, room under pressure; retry rules."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import time
+from datetime import UTC, datetime
+from email.utils import format_datetime
+
+import pytest
+
+from jetcrawl.settings import Settings
+from worker.capacity import Capacity
+from worker.politeness import Deferred, Politeness, Slot, Turn, turn_at
+from worker.retry import Backoff, retry_after_s, retry_delay, retryable
+
+NEVER = asyncio.Event()
+
+
+def politeness(
+    fetch_slots: int = 8, holding: int = 100, **changes: object
+) -> tuple[Politeness, Capacity, Capacity]:
+    settings = Settings(host_delay_s=0.0, ack_wait_s=2.0).replace(**changes)
+    fetch, held = Capacity(fetch_slots), Capacity(holding)
+    return Politeness(settings, fetch, held), fetch, held
+
+
+async def turn(p: Politeness, host: str, crawl_delay: float | None = None) -> Turn:
+    got = await p.turn(host, crawl_delay, deferrable=True, unless=NEVER)
+    assert isinstance(got, Turn)
+    return got
+
+
+# --- the scheduling function
+
+
+def test_turns_are_spaced_start_to_start_and_wait_out_a_pause() -> None:
+    slot = Slot(delay_s=2.0, concurrency=1)
+    assert turn_at(slot, now=100.0) == 100.0, "a host never seen is ready"
+    slot.last_start = 99.0
+    assert turn_at(slot, now=100.0) == 101.0
+    slot.paused_until = 105.0
+    assert turn_at(slot, now=100.0) == 105.0
+    slot.paused_until = -math.inf
+    assert turn_at(slot, now=100.0, ahead=3) == 107.0, "three more turns of 2 s first"
+    slot.mean_s = 8.0  # a server slower than the delay: its request time is the step
+    assert turn_at(slot, now=100.0, ahead=3) == 125.0
+
+
+def test_the_delay_is_ours_raised_by_crawl_delay_up_to_the_cap() -> None:
+    p, _, _ = politeness(host_delay_s=1.0, max_crawl_delay_s=30.0)
+    assert p.delay_for(None) == 1.0
+    assert p.delay_for(0.2) == 1.0
+    assert p.delay_for(5.0) == 5.0
+    assert p.delay_for(3600.0) == 30.0
+
+
+# --- turns
+
+
+async def test_one_host_waits_its_delay_while_another_host_goes_at_once() -> None:
+    p, fetch, _ = politeness(host_delay_s=0.3)
+    first = await turn(p, "slow.example")
+    p.done(first)
+    started = time.monotonic()
+    second = asyncio.create_task(turn(p, "slow.example"))
+    other = await turn(p, "fast.example")  # not behind the slow host's waiting task
+    assert time.monotonic() - started < 0.1
+    assert not second.done()
+    assert fetch.in_flight == 1, "the waiting task holds no fetch slot"
+    p.done(other)
+    p.done(await second)
+    assert second.result().started - first.started >= 0.3
+
+
+async def test_host_concurrency_bounds_requests_in_flight_per_host() -> None:
+    p, _, _ = politeness(host_concurrency=2)
+    a, b = await turn(p, "h"), await turn(p, "h")
+    third = asyncio.create_task(turn(p, "h"))
+    await asyncio.sleep(0.05)  # give it every chance to (wrongly) start
+    assert not third.done()
+    p.done(a)
+    p.done(await asyncio.wait_for(third, 1))
+    p.done(b)
+
+
+async def test_a_waiting_task_takes_a_fetch_slot_only_for_its_turn() -> None:
+    p, fetch, _ = politeness(fetch_slots=1)
+    a = await turn(p, "a")
+    waiting = asyncio.create_task(turn(p, "b"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and fetch.in_flight == 1
+    p.done(a)
+    p.done(await asyncio.wait_for(waiting, 1))
+    assert fetch.in_flight == 0
+
+
+async def test_a_retry_after_pauses_the_host_from_now() -> None:
+    p, _, _ = politeness()
+    first = await turn(p, "h")
+    p.done(first, pause_s=0.4)
+    second = await asyncio.wait_for(turn(p, "h"), 2)
+    assert second.started - first.started >= 0.4
+    p.done(second)
+
+
+async def test_the_pause_is_capped() -> None:
+    p, _, _ = politeness(max_retry_after_s=0.2)
+    p.pause("h", 3600)
+    started = time.monotonic()
+    p.done(await asyncio.wait_for(turn(p, "h"), 2))
+    assert 0.15 < time.monotonic() - started < 1.0
+
+
+async def test_abandoning_ends_the_wait_with_nothing_taken() -> None:
+    p, fetch, _ = politeness(host_delay_s=10.0)
+    p.done(await turn(p, "h"))
+    lost = asyncio.Event()
+    waiting = asyncio.create_task(p.turn("h", None, deferrable=True, unless=lost))
+    await asyncio.sleep(0.02)
+    lost.set()
+    assert await asyncio.wait_for(waiting, 1) is None
+    assert (p.waiting, fetch.in_flight) == (0, 0)
+
+
+async def test_a_cancelled_wait_leaves_the_queue_and_the_next_one_goes() -> None:
+    p, _, _ = politeness(host_delay_s=0.2)
+    p.done(await turn(p, "h"))
+    cancelled = asyncio.create_task(turn(p, "h"))
+    following = asyncio.create_task(turn(p, "h"))
+    await asyncio.sleep(0.02)
+    cancelled.cancel()
+    p.done(await asyncio.wait_for(following, 1))
+    assert p.waiting == 0
+
+
+# --- room under pressure
+
+
+async def test_a_full_holding_hands_back_the_furthest_turns_beyond_the_horizon() -> None:
+    # AckWait 2 s is the horizon; with 1 s between turns, tasks 3 and later are beyond it.
+    p, _, held = politeness(holding=8, host_delay_s=1.0)
+    p.done(await turn(p, "slow"))
+    for _ in range(7):
+        held.try_take()
+    waits = [
+        asyncio.create_task(p.turn("slow", None, deferrable=True, unless=NEVER)) for _ in range(6)
+    ]
+    keep = asyncio.create_task(p.turn("slow", None, deferrable=False, unless=NEVER))
+    await asyncio.sleep(0.05)
+    assert held.try_take() and held.free_slots == 0
+    fast = await turn(p, "fast")  # arriving into a full holding makes room
+    p.done(fast)
+    await asyncio.sleep(0.05)
+    handed_back = [w.result() for w in waits if w.done()]
+    assert all(isinstance(d, Deferred) for d in handed_back)
+    assert len(handed_back) == 4, "turns 3 to 6 are beyond the 2 s horizon; 1 and 2 stay"
+    delays = sorted(d.delay_s for d in handed_back if isinstance(d, Deferred))
+    assert all(b - a >= 0.99 for a, b in itertools.pairwise(delays)), delays
+    assert delays[0] > 2.0
+    assert not keep.done(), "a task out of hand-backs keeps its place"
+    assert p.deferred == 4
+    for w in [*waits, keep]:
+        w.cancel()
+
+
+# --- retry rules
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "worth_it"),
+    [
+        ("timeout", None, True),
+        ("connect", None, True),
+        ("dns", None, True),
+        ("robots_unavailable", None, True),
+        ("too_large", None, False),
+        ("blocked", None, False),
+        ("bad_redirect", None, False),
+        (None, 500, True),
+        (None, 503, True),
+        (None, 408, True),
+        (None, 429, True),
+        (None, 404, False),
+        (None, 403, False),
+        (None, 200, False),
+    ],
+)
+def test_what_is_worth_a_retry(kind: str | None, status: int | None, worth_it: bool) -> None:
+    assert retryable(kind=kind, status=status) is worth_it
+    backoff = Backoff(max_attempts=3)
+    assert (retry_delay(1, backoff, kind=kind, status=status) is not None) is worth_it
+
+
+def test_backoff_doubles_with_jitter_until_the_attempts_run_out() -> None:
+    backoff = Backoff(max_attempts=5, base_s=1.0, max_s=4.0)
+    rng = random.Random(1)
+    for attempt, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 4.0)]:
+        delays = [retry_delay(attempt, backoff, kind="timeout", rng=rng) for _ in range(50)]
+        assert all(d is not None and ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(set(delays)) > 1, "jittered"
+    assert retry_delay(5, backoff, kind="timeout") is None, "the last attempt's failure is final"
+    assert retry_delay(2, backoff, status=429, retry_after=30.0) == 30.0
+
+
+def test_retry_after_in_seconds_or_as_an_http_date() -> None:
+    now = 1_700_000_000.0
+    assert retry_after_s("120", now, cap_s=600) == 120.0
+    assert retry_after_s("86400", now, cap_s=600) == 600.0
+    date = format_datetime(datetime.fromtimestamp(now + 90, UTC), usegmt=True)
+    assert retry_after_s(date, now, cap_s=600) == pytest.approx(90.0)
+    past = format_datetime(datetime.fromtimestamp(now - 90, UTC), usegmt=True)
+    assert retry_after_s(past, now, cap_s=600) == 0.0
+    assert retry_after_s("soon", now, cap_s=600) is None
+    assert retry_after_s(None, now, cap_s=600) is None

@@ -1,0 +1,276 @@
+"""Per-host politeness: a small ``Slot`` per host and one scheduling function, ``turn_at``.
+
+A host's requests start at least ``delay_s`` apart — ``max(host_delay_s, min(Crawl-delay,
+max_crawl_delay_s))`` — with at most ``host_concurrency`` in flight, and none while the host is
+paused by a 429 or 503 ``Retry-After``. One host maps to one shard and one shard to one worker,
+so the worker that owns the shard holds the host's slot for the whole mesh.
+
+No head-of-line blocking. A task waits for its host's turn as a coroutine that holds no fetch slot
+(``Capacity``): the worker's fetch slots go to whichever host is ready, and a slow host's tasks
+wait beside the fast hosts' instead of in front of them. Waiting tasks are kept alive with
+in-progress acks (:mod:`worker.keepalive`), so they may wait longer than AckWait, and waiting
+costs no JetStream delivery: it is never counted as an attempt.
+
+The waiting room is bounded: the pull loops hold at most ``concurrency + waiting_max`` tasks and
+stop pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
+tasks queued behind its own in the shard, a full room makes room (``make_room``): the waiting
+tasks whose turn is furthest away, and beyond the horizon (AckWait), are handed back to JetStream
+with ``nak(delay)`` timed for about when their turn would have come. JetStream counts that nak
+as a delivery, so the worker remembers each task's hand-backs (by stream sequence) and subtracts
+them from the delivery count to get the attempt number (:mod:`worker.crawl`); the task consumers'
+MaxDeliver leaves room for ``max_deferrals`` of them, and a task handed back that often is not
+handed back again. The memory is the owner's: after a crash or a handover a task's earlier
+hand-backs count as attempts (it gets fewer retries, never more).
+
+Alternatives not taken: nak'ing every task whose host is not ready (each wait would burn an
+attempt, and the retry budget and poison detection with it), and waiting without a bound (a
+large slow site would pin max_ack_pending tasks per shard in memory and still block its shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jetcrawl.settings import Settings
+from worker.capacity import Capacity
+
+__all__ = ["Deferred", "Politeness", "Slot", "Turn", "turn_at"]
+
+MAX_SLOTS = 10_000  # beyond this, slots of hosts that constrain nothing any more are dropped
+ROOM_BATCH = 32  # hand-backs per make_room, at most
+_EWMA = 0.2  # weight of the latest request in a slot's mean request time
+
+
+class _Waiter:
+    __slots__ = ("deferrable", "deferred_for", "wake")
+
+    def __init__(self, deferrable: bool) -> None:
+        self.deferrable = deferrable
+        self.deferred_for: float | None = None
+        self.wake = asyncio.Event()
+
+
+@dataclass(slots=True)
+class Slot:
+    """One host's politeness state."""
+
+    delay_s: float
+    concurrency: int
+    active: int = 0  # requests in flight
+    last_start: float = -math.inf  # when the latest request started (monotonic clock)
+    paused_until: float = -math.inf  # Retry-After
+    mean_s: float = 0.0  # moving mean of request times, to project turns of slow servers
+    booked_until: float = -math.inf  # the latest turn promised to a task handed back
+    waiting: deque[_Waiter] = field(default_factory=deque)
+
+    def idle_at(self, now: float) -> bool:
+        """Nothing waits or runs, and nothing the slot remembers constrains a next request."""
+        return (
+            not self.waiting
+            and self.active == 0
+            and self.last_start + self.delay_s <= now
+            and self.paused_until <= now
+        )
+
+
+def turn_at(slot: Slot, now: float, ahead: int = 0) -> float:
+    """When a request to ``slot``'s host may start, with ``ahead`` requests to go before it.
+
+    The scheduling rule: not before ``delay_s`` after the previous start (spacing is start to
+    start, as a server sees requests arrive), not while paused. With ``ahead > 0`` it is a
+    projection: each request ahead takes a delay, or the host's mean request time shared by its
+    connections when that is longer. Whether a connection is free is the caller's question.
+    """
+    step = max(slot.delay_s, slot.mean_s / slot.concurrency)
+    return max(now, slot.paused_until, slot.last_start + slot.delay_s + ahead * step)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A granted request slot: give it back with ``Politeness.done``."""
+
+    host: str
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The waiting task was handed back: ``nak`` it with this delay."""
+
+    delay_s: float
+
+
+class Politeness:
+    def __init__(
+        self,
+        settings: Settings,
+        fetch_slots: Capacity,
+        holding: Capacity,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # --- configuration
+        self._host_delay_s = settings.host_delay_s
+        self._host_concurrency = settings.host_concurrency
+        self._max_crawl_delay_s = settings.max_crawl_delay_s
+        self._max_pause_s = settings.max_retry_after_s
+        self._horizon_s = settings.ack_wait_s
+        self._clock = clock
+        # --- what waiting tasks need: a fetch slot, and room in the worker's holding
+        self._fetch_slots = fetch_slots
+        self._holding = holding
+        # --- the slots, least recently used first; the hosts that have tasks waiting
+        self._slots: OrderedDict[str, Slot] = OrderedDict()
+        self._queued: dict[str, Slot] = {}
+        self._prune_above = MAX_SLOTS
+        # --- counts, for stats and tests
+        self.waiting = 0
+        self.deferred = 0
+
+    def delay_for(self, crawl_delay_s: float | None) -> float:
+        """The host's delay: ours, raised by its robots.txt Crawl-delay up to the cap."""
+        if crawl_delay_s is None:
+            return self._host_delay_s
+        return max(self._host_delay_s, min(crawl_delay_s, self._max_crawl_delay_s))
+
+    def slot(self, host: str) -> Slot | None:
+        return self._slots.get(host)
+
+    async def turn(
+        self,
+        host: str,
+        crawl_delay_s: float | None,
+        *,
+        deferrable: bool,
+        unless: asyncio.Event,
+    ) -> Turn | Deferred | None:
+        """Wait for a turn to request ``host``: a ``Turn``, ``Deferred``, or None if ``unless``.
+
+        A granted turn holds a fetch slot and one of the host's connections until ``done``.
+        """
+        slot = self._slot(host)
+        slot.delay_s = self.delay_for(crawl_delay_s)
+        waiter = _Waiter(deferrable)
+        slot.waiting.append(waiter)
+        self._queued[host] = slot
+        self.waiting += 1
+        try:
+            if self._holding.free_slots == 0:
+                self.make_room()
+            while True:
+                if waiter.deferred_for is not None:
+                    return Deferred(waiter.deferred_for)
+                if unless.is_set():
+                    return None
+                events = [waiter.wake, unless]
+                at_most_s = None
+                if slot.waiting[0] is waiter and slot.active < slot.concurrency:
+                    now = self._clock()
+                    at = turn_at(slot, now)
+                    if at > now:
+                        at_most_s = at - now
+                    elif self._fetch_slots.try_take():
+                        return self._grant(host, slot, now)
+                    else:
+                        events.append(self._fetch_slots.freed)
+                await _wait_any(events, at_most_s)
+                waiter.wake.clear()
+        finally:
+            if waiter in slot.waiting:  # not granted: deferred, abandoned or cancelled
+                slot.waiting.remove(waiter)
+                self.waiting -= 1
+                self._dequeued(host, slot)
+
+    def done(self, turn: Turn, *, pause_s: float | None = None) -> None:
+        """Give back a turn; ``pause_s`` (a Retry-After) pauses the host from now."""
+        slot = self._slots[turn.host]
+        now = self._clock()
+        slot.active -= 1
+        slot.mean_s = (1 - _EWMA) * slot.mean_s + _EWMA * (now - turn.started)
+        self._fetch_slots.release()
+        if pause_s is not None:
+            self.pause(turn.host, pause_s)
+        _wake_head(slot)
+
+    def pause(self, host: str, seconds: float) -> None:
+        """No request to ``host`` for ``seconds`` (capped by ``max_retry_after_s``)."""
+        slot = self._slot(host)
+        slot.paused_until = max(slot.paused_until, self._clock() + min(seconds, self._max_pause_s))
+        _wake_head(slot)
+        if self._holding.free_slots == 0:
+            self.make_room()
+
+    def make_room(self) -> int:
+        """Hand back the waiting tasks whose turn is furthest, beyond the horizon; how many."""
+        now = self._clock()
+        far: list[tuple[float, str, _Waiter]] = []
+        for host, slot in self._queued.items():
+            for ahead, waiter in enumerate(slot.waiting):
+                at = turn_at(slot, now, ahead)
+                if at - now > self._horizon_s and waiter.deferrable:
+                    far.append((at, host, waiter))
+        far.sort(key=lambda entry: entry[0], reverse=True)
+        chosen = sorted(far[:ROOM_BATCH], key=lambda entry: entry[0])
+        for at, host, waiter in chosen:
+            slot = self._slots[host]
+            # Spread the returns out, one turn apart, after any already promised.
+            back_at = max(at, slot.booked_until + slot.delay_s)
+            slot.booked_until = back_at
+            waiter.deferred_for = back_at - now
+            waiter.wake.set()
+        self.deferred += len(chosen)
+        return len(chosen)
+
+    # ------------------------------------------------------------------ internals
+
+    def _slot(self, host: str) -> Slot:
+        slot = self._slots.get(host)
+        if slot is None:
+            slot = self._slots[host] = Slot(self._host_delay_s, self._host_concurrency)
+            if len(self._slots) > self._prune_above:
+                self._prune()
+        else:
+            self._slots.move_to_end(host)
+        return slot
+
+    def _grant(self, host: str, slot: Slot, now: float) -> Turn:
+        slot.waiting.popleft()
+        self.waiting -= 1
+        slot.active += 1
+        slot.last_start = now
+        self._dequeued(host, slot)
+        return Turn(host, now)
+
+    def _dequeued(self, host: str, slot: Slot) -> None:
+        if slot.waiting:
+            slot.waiting[0].wake.set()  # the new head: its turn may have come
+        else:
+            self._queued.pop(host, None)
+
+    def _prune(self) -> None:
+        """Drop the slots that constrain nothing, least recently used first (amortized)."""
+        now = self._clock()
+        for host in [h for h, s in self._slots.items() if s.idle_at(now)]:
+            if len(self._slots) <= MAX_SLOTS // 2:
+                break
+            del self._slots[host]
+        self._prune_above = max(MAX_SLOTS, 2 * len(self._slots))
+
+
+def _wake_head(slot: Slot) -> None:
+    if slot.waiting:
+        slot.waiting[0].wake.set()
+
+
+async def _wait_any(events: list[asyncio.Event], at_most_s: float | None) -> None:
+    """Until one of ``events`` is set, or ``at_most_s`` has passed."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=at_most_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
