@@ -31,6 +31,7 @@ from dispatcher.intake import Intake, Reading
 from dispatcher.poison import PoisonCollector
 from dispatcher.quota import AdmissionQuota
 from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
+from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.messages import DeadLetter, Task
 from jetcrawl.settings import Settings
@@ -43,6 +44,7 @@ from jetcrawl.topology import (
     task_subject,
 )
 from jetcrawl.urls import host_of, shard_of
+from otel import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +69,11 @@ class DispatchStats:
 class Dispatcher:
     """Async context manager; ``run()`` pulls until ``stop()``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing = NO_TRACING) -> None:
         # configuration
         self._settings = settings
         self._intake = Intake(settings)
+        self._tracing = tracing
         # connections, set by start()
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
@@ -84,6 +87,7 @@ class Dispatcher:
         self._closed = False
         # progress, for status and for tests that wait on a state
         self.stats = DispatchStats()
+        self.frontier_backlog = 0  # the dispatch consumer's num_pending at the last delivery
         self._progress = asyncio.Condition()
 
     async def __aenter__(self) -> Dispatcher:
@@ -122,6 +126,11 @@ class Dispatcher:
         if self._nc is not None and not self._nc.is_closed:
             await self._nc.close()
 
+    @property
+    def nc(self) -> NATS:
+        assert self._nc is not None, "start() first"
+        return self._nc
+
     async def run(self) -> None:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
         assert self.poison is not None, "start() first"
@@ -151,11 +160,15 @@ class Dispatcher:
 
     async def _handle(self, msgs: list[Msg]) -> None:
         assert self._seen is not None and self._outbox is not None
+        trace = BatchTrace(self._tracing, msgs, self._settings.trace_continue_depth)
+        if msgs:
+            self.frontier_backlog = msgs[-1].metadata.num_pending or 0
         readings = [self._intake.read(m.subject, m.data) for m in msgs]
         try:
             tasks = await self._admit(msgs, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
+            trace.finish(set(range(len(msgs))), why="seen set unavailable")
             await asyncio.gather(*(m.nak(delay=RETRY_DELAY_S) for m in msgs))
             self.stats.retried += len(msgs)
             await self._notify()
@@ -194,7 +207,9 @@ class Dispatcher:
                         "rejected %s input (seq %d): %s %s", rej.stage, seq, rej.reason, rej.detail
                     )
 
+        outgoing = trace.publishes(outgoing, owners, tasks)  # the tasks come first
         acks = await self._outbox.send(outgoing)
+        trace.published(acks)
         failed = {owners[k] for k, ack in enumerate(acks) if isinstance(ack, PublishFailed)}
         for k, ack in enumerate(acks):
             if isinstance(ack, PublishFailed):
@@ -210,6 +225,7 @@ class Dispatcher:
                 self.stats.rejected += len(reading.rejections)
                 self.stats.out_of_scope += reading.out_of_scope
                 self.stats.too_deep += reading.too_deep
+        trace.finish(failed, tasks, [len(r.rejections) for r in readings], "publish failed")
         await asyncio.gather(*finishes)
         await self._notify()
 

@@ -10,6 +10,17 @@ EXPORTS = {
     "jetcrawl": ["PROTOCOL_VERSION", "JetcrawlError", "Settings", "__version__"],
     "dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
     "worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
+    "otel": [
+        "DISPATCHER_SERVICE",
+        "NO_TRACING",
+        "WORKER_SERVICE",
+        "Tracing",
+        "extract",
+        "inject",
+        "remote_span_context",
+        "setup_tracing",
+        "tracing_enabled",
+    ],
 }
 
 

@@ -20,9 +20,12 @@ from contextlib import AsyncExitStack
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+import jetcrawl
 from jetcrawl.bus import Outbox, connect
+from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.settings import Settings
 from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer
+from otel import NO_TRACING, WORKER_SERVICE, Tracing
 from worker.capacity import Capacity
 from worker.crawl import CrawlStats, Ownership, TaskProcessor
 from worker.fetcher import Fetcher
@@ -30,6 +33,7 @@ from worker.keepalive import KeepAlive
 from worker.politeness import Politeness
 from worker.robots import Robots
 from worker.shards import ShardPuller
+from worker.telemetry import TaskTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +41,21 @@ log = logging.getLogger(__name__)
 class Worker:
     """Async context manager (connections); ``run()`` crawls until ``stop()``."""
 
-    def __init__(self, settings: Settings, worker_id: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        worker_id: str,
+        tracing: Tracing = NO_TRACING,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
         # identity and configuration
         self._settings = settings
         self.worker_id = worker_id
+        # spans and metrics
+        self._tracing = tracing
+        self._telemetry = TaskTelemetry(
+            tracing, metrics or WorkerMetrics(WORKER_SERVICE, jetcrawl.__version__, worker_id)
+        )
         # connections and components, set by start()
         self._resources = AsyncExitStack()
         self._nc: NATS | None = None
@@ -105,6 +120,11 @@ class Worker:
         self._closed = True
         self.stop()
         await self._resources.aclose()
+
+    @property
+    def nc(self) -> NATS:
+        assert self._nc is not None, "start() first"
+        return self._nc
 
     @property
     def stats(self) -> CrawlStats:

@@ -1,0 +1,244 @@
+"""Prometheus metrics of the services, each service with a registry of its own.
+
+What a service already counts (``DispatchStats``, ``CrawlStats``, its owned shards, its tasks in
+flight) is read when scraped — one count, not a second copy kept beside it. What nobody else
+counts is observed where it happens: pages by status class, bytes, latencies.
+
+Both services: ``jetcrawl_build_info{service, version, instance}`` (always 1), and
+``jetcrawl_dead_letters_total`` (dead letters written).
+
+Dispatcher (``DispatcherMetrics``)::
+
+    jetcrawl_frontier_messages_total     frontier messages finished (acked or terminated)
+    jetcrawl_frontier_retries_total      frontier messages handed back for a retry
+    jetcrawl_frontier_backlog            the dispatch consumer's num_pending at the last delivery
+    jetcrawl_urls_admitted_total         new URLs published as tasks
+    jetcrawl_urls_republished_total      tasks published again on a redelivery
+    jetcrawl_urls_rejected_total{reason} duplicate, out_of_scope, too_deep, over_limit
+
+Worker (``WorkerMetrics``)::
+
+    jetcrawl_pages_total{outcome, status_class}  one per task finished with a result: outcome
+                                         fetched (status_class 1xx..5xx), robots_disallowed or
+                                         failed (status_class "none")
+    jetcrawl_fetched_bytes_total         response body bytes (Content-Length when not read)
+    jetcrawl_fetch_duration_seconds      histogram: the HTTP GET of a task, failures included
+    jetcrawl_robots_denials_total        tasks robots.txt did not allow
+    jetcrawl_task_retries_total          tasks handed back with nak(delay)
+    jetcrawl_politeness_wait_seconds     histogram: how long a task waited for its host's turn
+    jetcrawl_owned_shards                shards this worker pulls now
+    jetcrawl_tasks_in_flight             tasks being crawled now
+    jetcrawl_links_published_total       links sent back to the frontier
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["DispatcherMetrics", "ServiceMetrics", "WorkerMetrics", "status_class"]
+
+FETCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+WAIT_BUCKETS_S = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+NO_STATUS = "none"
+
+
+class DispatchCounts(Protocol):
+    @property
+    def messages(self) -> int: ...
+    @property
+    def retried(self) -> int: ...
+    @property
+    def admitted(self) -> int: ...
+    @property
+    def republished(self) -> int: ...
+    @property
+    def duplicates(self) -> int: ...
+    @property
+    def out_of_scope(self) -> int: ...
+    @property
+    def too_deep(self) -> int: ...
+    @property
+    def over_limit(self) -> int: ...
+    @property
+    def rejected(self) -> int: ...
+
+
+class CrawlCounts(Protocol):
+    @property
+    def disallowed(self) -> int: ...
+    @property
+    def retried(self) -> int: ...
+    @property
+    def links_published(self) -> int: ...
+    @property
+    def dead_letters(self) -> int: ...
+
+
+class DispatcherView(Protocol):
+    @property
+    def stats(self) -> DispatchCounts: ...
+    @property
+    def frontier_backlog(self) -> int: ...
+
+
+class WorkerView(Protocol):
+    @property
+    def stats(self) -> CrawlCounts: ...
+    @property
+    def shards(self) -> frozenset[int]: ...
+    @property
+    def in_flight(self) -> int: ...
+
+
+def status_class(status: int | None) -> str:
+    return f"{status // 100}xx" if status is not None and 100 <= status < 600 else NO_STATUS
+
+
+class ServiceMetrics:
+    """A registry of its own, with the build info every service exports."""
+
+    def __init__(self, service: str, version: str, instance: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        Gauge(
+            "jetcrawl_build_info",
+            "Always 1; the labels say which service, version and instance this is.",
+            ["service", "version", "instance"],
+            registry=self.registry,
+        ).labels(service, version, instance).set(1)
+
+    def read_counters(self, counters: Sequence[tuple[str, str, Callable[[], float]]]) -> None:
+        """Export counters whose values another object keeps, read at scrape time."""
+        self.registry.register(_ReadCounters(counters))
+
+
+class DispatcherMetrics(ServiceMetrics):
+    def bind(self, dispatcher: DispatcherView) -> None:
+        stats = dispatcher.stats
+        self.read_counters(
+            [
+                (
+                    "jetcrawl_frontier_messages",
+                    "Frontier messages finished.",
+                    lambda: stats.messages,
+                ),
+                ("jetcrawl_frontier_retries", "Frontier messages retried.", lambda: stats.retried),
+                ("jetcrawl_urls_admitted", "New URLs published as tasks.", lambda: stats.admitted),
+                (
+                    "jetcrawl_urls_republished",
+                    "Tasks published again when their frontier message was redelivered.",
+                    lambda: stats.republished,
+                ),
+                ("jetcrawl_dead_letters", "Dead letters written.", lambda: stats.rejected),
+            ]
+        )
+        self.registry.register(
+            _ReadLabelled(
+                "jetcrawl_urls_rejected",
+                "URLs not admitted, by reason.",
+                "reason",
+                {
+                    "duplicate": lambda: stats.duplicates,
+                    "out_of_scope": lambda: stats.out_of_scope,
+                    "too_deep": lambda: stats.too_deep,
+                    "over_limit": lambda: stats.over_limit,
+                },
+            )
+        )
+        Gauge(
+            "jetcrawl_frontier_backlog",
+            "Messages waiting on the dispatch consumer (num_pending at the last delivery).",
+            registry=self.registry,
+        ).set_function(lambda: dispatcher.frontier_backlog)
+
+
+class WorkerMetrics(ServiceMetrics):
+    def __init__(self, service: str, version: str, instance: str) -> None:
+        super().__init__(service, version, instance)
+        self._pages = Counter(
+            "jetcrawl_pages",
+            "Tasks finished with a result, by outcome and HTTP status class.",
+            ["outcome", "status_class"],
+            registry=self.registry,
+        )
+        self._bytes = Counter(
+            "jetcrawl_fetched_bytes", "Response body bytes fetched.", registry=self.registry
+        )
+        self.fetch_seconds = Histogram(
+            "jetcrawl_fetch_duration_seconds",
+            "Duration of a task's HTTP GET, failures included.",
+            buckets=FETCH_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.politeness_wait_seconds = Histogram(
+            "jetcrawl_politeness_wait_seconds",
+            "How long a task waited for its host's politeness slot.",
+            buckets=WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+
+    def page(self, outcome: str, status: int | None, length: int) -> None:
+        self._pages.labels(outcome, status_class(status)).inc()
+        if length > 0:
+            self._bytes.inc(length)
+
+    def bind(self, worker: WorkerView) -> None:
+        self.read_counters(
+            [
+                (
+                    "jetcrawl_robots_denials",
+                    "Tasks robots.txt did not allow.",
+                    lambda: worker.stats.disallowed,
+                ),
+                (
+                    "jetcrawl_task_retries",
+                    "Tasks handed back for a retry.",
+                    lambda: worker.stats.retried,
+                ),
+                (
+                    "jetcrawl_links_published",
+                    "Links sent to the frontier.",
+                    lambda: worker.stats.links_published,
+                ),
+                (
+                    "jetcrawl_dead_letters",
+                    "Dead letters written.",
+                    lambda: worker.stats.dead_letters,
+                ),
+            ]
+        )
+        Gauge(
+            "jetcrawl_owned_shards", "Shards this worker pulls.", registry=self.registry
+        ).set_function(lambda: len(worker.shards))
+        Gauge(
+            "jetcrawl_tasks_in_flight", "Tasks being crawled.", registry=self.registry
+        ).set_function(lambda: worker.in_flight)
+
+
+class _ReadCounters(Collector):
+    def __init__(self, counters: Sequence[tuple[str, str, Callable[[], float]]]) -> None:
+        self._counters = counters
+
+    def collect(self) -> Iterable[Metric]:
+        for name, documentation, read in self._counters:
+            yield CounterMetricFamily(name, documentation, value=read())
+
+
+class _ReadLabelled(Collector):
+    def __init__(
+        self, name: str, documentation: str, label: str, reads: dict[str, Callable[[], float]]
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._label = label
+        self._reads = reads
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=[self._label])
+        for value, read in self._reads.items():
+            family.add_metric([value], read())
+        yield family

@@ -1,0 +1,276 @@
+"""``jetcrawl status``: the mesh as etcd and JetStream show it now, as a table or as JSON.
+
+workers        from etcd: id, host, pid, version, capacity, owned shards, age
+shards         each shard's owner (etcd) and its consumer's pending, unacked, redelivered counts
+frontier       the dispatch consumer's pending and unacked counts (the frontier backlog)
+tasks          pending and unacked over every shard, and how many tasks were ever published
+results, dead  message counts of CRAWL_RESULTS and CRAWL_DEAD
+rates          results, dead letters and tasks per second between two snapshots: the watch
+               interval, or ``--interval`` apart for a single status (0: no rates)
+
+Like this command, a part of the CLI: it may read both etcd (``registry``) and JetStream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from typing import IO, Any
+
+import orjson
+from nats.js import JetStreamContext
+
+from jetcrawl.bus import connect
+from jetcrawl.settings import Settings
+from jetcrawl.topology import (
+    DEAD_STREAM,
+    DISPATCH_CONSUMER,
+    FRONTIER_STREAM,
+    RESULTS_STREAM,
+    SHARDS_METADATA_KEY,
+    TASKS_STREAM,
+    shard_consumer,
+)
+from registry import read_members, read_ownership
+
+__all__ = ["Rates", "ShardRow", "Status", "WorkerRow", "read_status", "run_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    id: str
+    host: str
+    pid: int
+    version: str
+    capacity: int
+    started_at: float
+    age_s: float
+    shards: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRow:
+    shard: int
+    owner: str | None
+    pending: int
+    unacked: int
+    redelivered: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    interval_s: float
+    results_per_s: float
+    dead_letters_per_s: float
+    tasks_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    at: float  # unix time of the reading
+    cluster: str
+    workers: tuple[WorkerRow, ...]
+    shards: tuple[ShardRow, ...]
+    frontier_pending: int
+    frontier_unacked: int
+    tasks_published: int  # CRAWL_TASKS last sequence
+    results: int
+    dead_letters: int
+    rates: Rates | None = None
+
+    def since(self, earlier: Status) -> Status:
+        """This reading with the rates since ``earlier``."""
+        dt = self.at - earlier.at
+        if dt <= 0:
+            return self
+        rates = Rates(
+            interval_s=dt,
+            results_per_s=(self.results - earlier.results) / dt,
+            dead_letters_per_s=(self.dead_letters - earlier.dead_letters) / dt,
+            tasks_per_s=(self.tasks_published - earlier.tasks_published) / dt,
+        )
+        return dataclasses.replace(self, rates=rates)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.at,
+            "cluster": self.cluster,
+            "shard_count": len(self.shards),
+            "workers": [
+                {
+                    "id": w.id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "version": w.version,
+                    "capacity": w.capacity,
+                    "started_at": w.started_at,
+                    "age_s": round(w.age_s, 3),
+                    "shards": list(w.shards),
+                }
+                for w in self.workers
+            ],
+            "shards": [
+                {
+                    "shard": s.shard,
+                    "owner": s.owner,
+                    "pending": s.pending,
+                    "unacked": s.unacked,
+                    "redelivered": s.redelivered,
+                }
+                for s in self.shards
+            ],
+            "frontier": {"pending": self.frontier_pending, "unacked": self.frontier_unacked},
+            "tasks": {
+                "pending": sum(s.pending for s in self.shards),
+                "unacked": sum(s.unacked for s in self.shards),
+                "published": self.tasks_published,
+            },
+            "results": self.results,
+            "dead_letters": self.dead_letters,
+            "rates": None
+            if self.rates is None
+            else {
+                "interval_s": round(self.rates.interval_s, 3),
+                "results_per_s": round(self.rates.results_per_s, 3),
+                "dead_letters_per_s": round(self.rates.dead_letters_per_s, 3),
+                "tasks_per_s": round(self.rates.tasks_per_s, 3),
+            },
+        }
+
+    def table(self) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+        lines = [f"jetcrawl status: cluster {self.cluster}, {len(self.shards)} shards, {stamp}", ""]
+        lines.append(f"workers ({len(self.workers)})")
+        lines += _columns(
+            ["ID", "HOST", "PID", "VERSION", "CAPACITY", "SHARDS", "AGE"],
+            [
+                [w.id, w.host, w.pid, w.version, w.capacity, len(w.shards), _age(w.age_s)]
+                for w in self.workers
+            ],
+        )
+        r = self.rates
+        lines += [
+            "",
+            f"frontier      pending {self.frontier_pending}  unacked {self.frontier_unacked}",
+            f"tasks         pending {sum(s.pending for s in self.shards)}"
+            f"  unacked {sum(s.unacked for s in self.shards)}"
+            f"  published {self.tasks_published}{_per_s(r.tasks_per_s if r else None)}",
+            f"results       {self.results}{_per_s(r.results_per_s if r else None)}",
+            f"dead letters  {self.dead_letters}{_per_s(r.dead_letters_per_s if r else None)}",
+            "",
+            "shards",
+        ]
+        lines += _columns(
+            ["SHARD", "OWNER", "PENDING", "UNACKED", "REDELIVERED"],
+            [[s.shard, s.owner or "-", s.pending, s.unacked, s.redelivered] for s in self.shards],
+        )
+        return "\n".join(lines) + "\n"
+
+
+async def read_status(settings: Settings, js: JetStreamContext) -> Status:
+    """One reading: etcd first, then JetStream (raises RegistryError or nats errors)."""
+    at = time.time()
+    members = await read_members(settings)
+    owners = await read_ownership(settings)
+    tasks = await js.stream_info(TASKS_STREAM)
+    recorded = (tasks.config.metadata or {}).get(SHARDS_METADATA_KEY)
+    shard_count = int(recorded) if recorded else settings.shards
+    shards = []
+    for shard in range(shard_count):
+        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
+        shards.append(
+            ShardRow(
+                shard=shard,
+                owner=owners.get(shard),
+                pending=info.num_pending or 0,
+                unacked=info.num_ack_pending or 0,
+                redelivered=info.num_redelivered or 0,
+            )
+        )
+    dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
+    results = await js.stream_info(RESULTS_STREAM)
+    dead = await js.stream_info(DEAD_STREAM)
+    workers = tuple(
+        WorkerRow(
+            id=info.id,
+            host=info.host,
+            pid=info.pid,
+            version=info.version,
+            capacity=info.capacity,
+            started_at=info.started_at,
+            age_s=max(0.0, at - info.started_at),
+            shards=tuple(s for s, owner in owners.items() if owner == info.id),
+        )
+        for info in members.values()
+    )
+    return Status(
+        at=at,
+        cluster=settings.cluster,
+        workers=workers,
+        shards=tuple(shards),
+        frontier_pending=dispatch.num_pending or 0,
+        frontier_unacked=dispatch.num_ack_pending or 0,
+        tasks_published=tasks.state.last_seq,
+        results=results.state.messages,
+        dead_letters=dead.state.messages,
+    )
+
+
+async def run_status(
+    settings: Settings,
+    *,
+    watch_s: float | None,
+    interval_s: float,
+    as_json: bool,
+    out: IO[str] = sys.stdout,
+) -> None:
+    """Print one status (rates over ``interval_s``), or one every ``watch_s`` until cancelled."""
+    nc = await connect(settings, "jetcrawl-status")
+    try:
+        js = nc.jetstream()
+        previous = await read_status(settings, js)
+        if watch_s is None and interval_s <= 0:
+            _show(previous, as_json, out, clear=False)
+            return
+        while True:
+            await asyncio.sleep(watch_s if watch_s is not None else interval_s)
+            current = await read_status(settings, js)
+            _show(current.since(previous), as_json, out, clear=watch_s is not None)
+            if watch_s is None:
+                return
+            previous = current
+    finally:
+        await nc.close()
+
+
+def _show(status: Status, as_json: bool, out: IO[str], clear: bool) -> None:
+    if as_json:
+        out.write(orjson.dumps(status.to_json()).decode() + "\n")
+    else:
+        if clear and out.isatty():
+            out.write("\x1b[H\x1b[2J")
+        out.write(status.table())
+    out.flush()
+
+
+def _columns(header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [header, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _per_s(rate: float | None) -> str:
+    return "" if rate is None else f"  ({rate:.1f}/s)"

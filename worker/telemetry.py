@@ -1,0 +1,141 @@
+"""Spans and metrics of a task's crawl, kept out of the crawl's own code.
+
+The spans of one task, by the messaging and HTTP client semantic conventions::
+
+    process crawl.tasks.<n>        CONSUMER: child of the task's publish (the context it carries)
+      robots                       the robots.txt verdict (fetching the file when not cached)
+      politeness wait              waiting for the host's turn
+      GET                          CLIENT: the page's request; url.full, server.address/port,
+                                   http.response.status_code (4xx and 5xx mark it failed)
+      parse                        link and title extraction
+      publish crawl.results.<n>    PRODUCER spans made by the Outbox while the task's span is
+      publish crawl.discovered     current; the links carry the page's context to the dispatcher
+
+Metrics observed here: pages by outcome and status class and their bytes when a task finishes,
+the GET's duration (failures included) and the politeness wait. With tracing off, no span is made.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from nats.aio.msg import Msg
+from opentelemetry.trace import Span, get_current_span, use_span
+
+from jetcrawl.bus import MSG_ID
+from jetcrawl.messages import Result
+from jetcrawl.metrics import WorkerMetrics
+from jetcrawl.topology import shard_consumer
+from otel import Tracing
+from otel.spans import consumer_span, end_http_client, fail, http_client_span
+from worker.errors import FetchError
+from worker.fetcher import Fetched
+from worker.robots import RobotsVerdict
+
+__all__ = ["TaskTelemetry"]
+
+T = TypeVar("T")
+
+DELIVERED = "jetcrawl.delivered"
+URL = "jetcrawl.url"
+DEPTH = "jetcrawl.depth"
+JOB = "jetcrawl.job"
+OUTCOME = "jetcrawl.outcome"
+ROBOTS_ALLOWED = "jetcrawl.robots.allowed"
+ROBOTS_REASON = "jetcrawl.robots.reason"
+REDIRECTS = "jetcrawl.redirects"
+LINKS = "jetcrawl.links"
+
+
+class TaskTelemetry:
+    def __init__(self, tracing: Tracing, metrics: WorkerMetrics) -> None:
+        self._tracing = tracing
+        self._on = tracing.enabled
+        self.metrics = metrics
+
+    @contextmanager
+    def processing(self, msg: Msg, shard: int) -> Iterator[None]:
+        """The task's CONSUMER span, current while the task is crawled."""
+        if not self._on:
+            yield
+            return
+        headers = msg.headers or {}
+        span = consumer_span(
+            self._tracing.tracer,
+            msg.subject,
+            parent=self._tracing.extract(headers),
+            subscription=shard_consumer(shard),
+            message_id=headers.get(MSG_ID),
+            body_size=len(msg.data),
+            attributes={DELIVERED: msg.metadata.num_delivered or 1},
+        )
+        with use_span(span, end_on_exit=True):
+            yield
+
+    async def robots(self, check: Awaitable[RobotsVerdict]) -> RobotsVerdict:
+        if not self._on:
+            return await check
+        with self._tracing.tracer.start_as_current_span("robots") as span:
+            verdict = await check
+            span.set_attribute(ROBOTS_ALLOWED, verdict.allowed)
+            span.set_attribute(ROBOTS_REASON, verdict.reason)
+        return verdict
+
+    async def politeness_wait(self, wait: Awaitable[T]) -> T:
+        started = time.perf_counter()
+        try:
+            if not self._on:
+                return await wait
+            with self._tracing.tracer.start_as_current_span("politeness wait"):
+                return await wait
+        finally:
+            self.metrics.politeness_wait_seconds.observe(time.perf_counter() - started)
+
+    async def get(self, url: str, fetch: Awaitable[Fetched]) -> Fetched:
+        """Await ``fetch`` (the GET of ``url``) under a CLIENT span, timing it."""
+        span: Span | None = None
+        if self._on:
+            span = http_client_span(self._tracing.tracer, "GET", url)
+        started = time.perf_counter()
+        try:
+            fetched = await fetch
+        except FetchError as e:
+            if span is not None:
+                fail(span, e.kind, e.message)
+            raise
+        except BaseException as e:
+            if span is not None:
+                fail(span, type(e).__name__, str(e))
+            raise
+        else:
+            if span is not None:
+                if fetched.redirects:
+                    span.set_attribute(REDIRECTS, len(fetched.redirects))
+                end_http_client(span, fetched.status, fetched.length)
+            return fetched
+        finally:
+            self.metrics.fetch_seconds.observe(time.perf_counter() - started)
+            if span is not None:
+                span.end()
+
+    @contextmanager
+    def parse(self) -> Iterator[None]:
+        if not self._on:
+            yield
+            return
+        with self._tracing.tracer.start_as_current_span("parse"):
+            yield
+
+    def finished(self, result: Result) -> None:
+        """A task's result is stored and the task acked: count the page."""
+        self.metrics.page(result.outcome, result.status, result.length)
+        if self._on:
+            span = get_current_span()
+            span.set_attribute(URL, result.url)
+            span.set_attribute(DEPTH, result.depth)
+            span.set_attribute(JOB, result.job)
+            span.set_attribute(OUTCOME, result.outcome)
+            span.set_attribute(LINKS, result.outlinks)
