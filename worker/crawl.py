@@ -34,6 +34,7 @@ from worker.parse import Page, extract
 from worker.politeness import Deferred, Politeness
 from worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
 from worker.robots import Robots
+from worker.telemetry import TaskTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,10 @@ class TaskProcessor:
         fetcher: Fetcher,
         robots: Robots,
         politeness: Politeness,
+        telemetry: TaskTelemetry,
     ) -> None:
         self._settings = settings
+        self._telemetry = telemetry  # spans and metrics (worker/telemetry.py)
         self._worker_id = worker_id
         self._outbox = outbox
         self._fetcher = fetcher
@@ -93,6 +96,10 @@ class TaskProcessor:
 
     async def process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
+        with self._telemetry.processing(msg, owner.shard):
+            await self._process(msg, owner, abandoned)
+
+    async def _process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         try:
             task = Task.from_wire(msg.data)
         except MessageError as e:
@@ -102,7 +109,7 @@ class TaskProcessor:
         deferrals = self._deferrals.get(seq, 0)
         attempt = max(1, (msg.metadata.num_delivered or 1) - deferrals)
         started = time.time()
-        verdict = await self._robots.check(task.url)
+        verdict = await self._telemetry.robots(self._robots.check(task.url))
         if not verdict.allowed and verdict.reason == "unavailable":
             await self._failed(
                 msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, "robots.txt unavailable"
@@ -114,11 +121,13 @@ class TaskProcessor:
             await self._finish(msg, task, result, None)
             return
 
-        turn = await self._politeness.turn(
-            host_of(task.url),
-            verdict.crawl_delay_s,
-            deferrable=deferrals < self._settings.max_deferrals,
-            unless=abandoned,
+        turn = await self._telemetry.politeness_wait(
+            self._politeness.turn(
+                host_of(task.url),
+                verdict.crawl_delay_s,
+                deferrable=deferrals < self._settings.max_deferrals,
+                unless=abandoned,
+            )
         )
         if turn is None:
             await msg.nak()  # lease lost: the next owner takes it at once
@@ -131,8 +140,9 @@ class TaskProcessor:
         pause_s = None
         try:
             self._fault_before_fetch(task)
-            response = await self._fetcher.fetch(
-                task.url, follow_redirects=self._settings.follow_redirects
+            response = await self._telemetry.get(
+                task.url,
+                self._fetcher.fetch(task.url, follow_redirects=self._settings.follow_redirects),
             )
             if response.status in PAUSE_STATUSES:  # Retry-After pauses the whole host
                 pause_s = retry_after_s(
@@ -157,7 +167,8 @@ class TaskProcessor:
             return
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
-            page = extract(fetched.body, fetched.final_url, fetched.charset, self._rules)
+            with self._telemetry.parse():
+                page = extract(fetched.body, fetched.final_url, fetched.charset, self._rules)
         self.stats.fetched += 1
         result = self._result(task, owner, started, attempt, "fetched", fetched, page)
         await self._finish(msg, task, result, self._discovered(task, fetched, page))
@@ -319,6 +330,7 @@ class TaskProcessor:
             os._exit(137)
         await msg.ack()
         self.stats.tasks += 1
+        self._telemetry.finished(result)
         if links is not None:
             self.stats.links_published += len(links.links)
         if letter is not None:

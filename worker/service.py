@@ -91,7 +91,13 @@ class Worker:
         fetcher = await self._resources.enter_async_context(Fetcher(self._settings))
         robots = Robots(self._settings, fetcher)
         self._processor = TaskProcessor(
-            self._settings, self.worker_id, Outbox(self._nc), fetcher, robots, self.politeness
+            self._settings,
+            self.worker_id,
+            Outbox(self._nc, tracer=self._tracing.tracer),
+            fetcher,
+            robots,
+            self.politeness,
+            self._telemetry,
         )
 
     async def run(self) -> None:
