@@ -3,7 +3,9 @@
 A seed becomes a depth-0 task with the seed's (or the default) job, scope and depth limit. A
 discovered-links message becomes tasks one level deeper that inherit the parent's lineage; links
 beyond the depth limit or outside the scope are filtered (counted, not dead-lettered: they are
-the crawl's rules, not bad input). Everything that cannot be read is a rejection with a reason.
+the crawl's rules, not bad input), and so are links that look like a spider trap: a path that
+repeats one segment more than ``max_repeated_segments`` times. Everything that cannot be read is
+a rejection with a reason.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from jetcrawl.errors import MessageError, UrlError
 from jetcrawl.messages import Discovered, Lineage, Seed, SeedReject, Task, decode_seeds
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, SEEDS
-from jetcrawl.urls import UrlRules, fingerprint, in_scope, scope_root
+from jetcrawl.urls import UrlRules, fingerprint, in_scope, most_repeated_segment, scope_root
 
 SEED_STAGE = "seeds"
 DISCOVERED_STAGE = "discovered"
@@ -37,6 +39,7 @@ class Reading:
     rejections: list[Rejection] = field(default_factory=list)
     out_of_scope: int = 0
     too_deep: int = 0
+    traps: int = 0
     unreadable: bool = False  # nothing in it could be read: terminate it after dead-lettering
 
 
@@ -107,6 +110,9 @@ class Intake:
                 continue
             if not in_scope(url, lineage.scope, lineage.root):
                 reading.out_of_scope += 1
+                continue
+            if 0 < self._settings.max_repeated_segments < most_repeated_segment(url):
+                reading.traps += 1
                 continue
             reading.tasks.append(
                 Task(

@@ -1,7 +1,11 @@
-"""``max_pages`` across the whole mesh: a per-job admission counter in KV ``crawl_jobs``.
+"""``max_pages`` and ``max_urls_per_host`` across the whole mesh: admission counters in KV.
+
+``max_pages`` counts per job (key ``admitted.<job>``), ``max_urls_per_host`` per job and host
+(key ``hosts.<job>.<digest of the host>``: a spider trap's endless URLs stop at the limit), both in
+bucket ``crawl_jobs``.
 
 Before creating seen marks, a dispatcher reserves as many admissions as it has candidates with a
-compare-and-set on ``admitted.<job>``; after the creates it gives back what it did not use. Every
+compare-and-set on the counter; after the creates it gives back what it did not use. Every
 dispatcher goes through the same counter, so the number of tasks a job gets never exceeds the
 limit: the overshoot is zero. A dispatcher that crashes between reserving and giving back leaves
 the counter high, so a crash can only make the crawl stop short (by at most one batch), never
@@ -10,6 +14,7 @@ run over.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
@@ -20,10 +25,16 @@ from dispatcher.seen import SeenSetUnavailable
 MAX_CAS_ATTEMPTS = 50
 
 
+def host_key(job: str, host: str) -> str:
+    """The counter name of ``host`` in ``job`` (KV keys cannot hold every host's characters)."""
+    return f"{job}.{hashlib.blake2b(host.encode(), digest_size=8).hexdigest()}"
+
+
 class AdmissionQuota:
-    def __init__(self, kv: KeyValue, limit: int) -> None:
+    def __init__(self, kv: KeyValue, limit: int, prefix: str = "admitted") -> None:
         self._kv = kv
         self._limit = limit
+        self._prefix = prefix
 
     @property
     def limited(self) -> bool:
@@ -69,6 +80,5 @@ class AdmissionQuota:
                 raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
         raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
 
-    @staticmethod
-    def _key(job: str) -> str:
-        return f"admitted.{job}"
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}.{name}"

@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 
 from dispatcher.intake import Intake, Reading
 from dispatcher.poison import PoisonCollector
-from dispatcher.quota import AdmissionQuota
+from dispatcher.quota import AdmissionQuota, host_key
 from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
 from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
@@ -64,6 +64,8 @@ class DispatchStats:
     too_deep: int = 0
     rejected: int = 0  # dead letters written
     over_limit: int = 0  # new URLs not admitted because their job reached max_pages
+    over_host_limit: int = 0  # ... because their host reached max_urls_per_host in the job
+    traps: int = 0  # links dropped by the spider-trap guard (repeated path segments)
 
 
 class Dispatcher:
@@ -80,6 +82,7 @@ class Dispatcher:
         self._sub: JetStreamContext.PullSubscription | None = None
         self._seen: SeenSet | None = None
         self._quota: AdmissionQuota | None = None
+        self._host_quota: AdmissionQuota | None = None
         self._outbox: Outbox | None = None
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
         # lifecycle
@@ -105,9 +108,9 @@ class Dispatcher:
         self._seen = SeenSet(
             self._outbox, kv, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
         )
-        self._quota = AdmissionQuota(
-            await self._js.key_value(JOBS_BUCKET), self._settings.max_pages
-        )
+        jobs = await self._js.key_value(JOBS_BUCKET)
+        self._quota = AdmissionQuota(jobs, self._settings.max_pages)
+        self._host_quota = AdmissionQuota(jobs, self._settings.max_urls_per_host, prefix="hosts")
         self._sub = await self._js.pull_subscribe_bind(
             durable=DISPATCH_CONSUMER, stream=FRONTIER_STREAM
         )
@@ -225,6 +228,7 @@ class Dispatcher:
                 self.stats.rejected += len(reading.rejections)
                 self.stats.out_of_scope += reading.out_of_scope
                 self.stats.too_deep += reading.too_deep
+                self.stats.traps += reading.traps
         trace.finish(failed, tasks, [len(r.rejections) for r in readings], "publish failed")
         await asyncio.gather(*finishes)
         await self._notify()
@@ -232,17 +236,21 @@ class Dispatcher:
     async def _admit(self, msgs: list[Msg], readings: list[Reading]) -> list[tuple[int, Task]]:
         """The tasks to publish, each with the index of the message that owns it."""
         assert self._seen is not None and self._quota is not None
+        assert self._host_quota is not None
         seen = self._seen
         seqs = [m.metadata.sequence.stream for m in msgs]
         pairs: list[tuple[int, Task]] = []
         to_create: dict[str, int] = {}
         by_job: dict[str, list[str]] = {}
+        by_host: dict[str, list[str]] = {}
         for i, reading in enumerate(readings):
             for task in reading.tasks:
                 pairs.append((i, task))
                 if task.fp not in to_create and seen.cached(task.fp) is None:
                     to_create[task.fp] = seqs[i]
                     by_job.setdefault(task.lineage.job, []).append(task.fp)
+                    host = host_key(task.lineage.job, host_of(task.url))
+                    by_host.setdefault(host, []).append(task.fp)
         if self._quota.limited:
             granted_by_job = {}
             for job, fps in by_job.items():
@@ -251,6 +259,7 @@ class Dispatcher:
                 for fp in fps[granted:]:
                     del to_create[fp]
                     self.stats.over_limit += 1
+        granted_by_host = await self._reserve_hosts(by_host, to_create)
         created = await seen.create(list(to_create.items()))
         created_by = {
             fp: mark for fp, mark in zip(to_create, created, strict=True) if mark is not None
@@ -259,6 +268,15 @@ class Dispatcher:
             for job, fps in by_job.items():
                 used = sum(1 for fp in fps[: granted_by_job[job]] if fp in created_by)
                 await self._quota.give_back(job, granted_by_job[job] - used)
+        if granted_by_host:
+            await asyncio.gather(
+                *(
+                    self._host_quota.give_back(
+                        key, granted - sum(1 for fp in by_host[key][:granted] if fp in created_by)
+                    )
+                    for key, granted in granted_by_host.items()
+                )
+            )
 
         # On redelivery, a mark that carries this message's sequence may lack its task.
         unknown = {
@@ -293,6 +311,25 @@ class Dispatcher:
             else:
                 self.stats.duplicates += 1
         return out
+
+    async def _reserve_hosts(
+        self, by_host: dict[str, list[str]], to_create: dict[str, int]
+    ) -> dict[str, int]:
+        """Admissions per job and host (``max_urls_per_host``); drops the rest from to_create."""
+        assert self._host_quota is not None
+        if not self._host_quota.limited:
+            return {}
+        for fps in by_host.values():
+            fps[:] = [fp for fp in fps if fp in to_create]  # what max_pages left
+        keys = [key for key, fps in by_host.items() if fps]
+        grants = await asyncio.gather(
+            *(self._host_quota.reserve(key, len(by_host[key])) for key in keys)
+        )
+        for key, granted in zip(keys, grants, strict=True):
+            for fp in by_host[key][granted:]:
+                del to_create[fp]
+                self.stats.over_host_limit += 1
+        return dict(zip(keys, grants, strict=True))
 
     def _generation(self, task: Task, revision: int) -> Task:
         """With re-crawls on, the mark's revision tells this crawl of the URL from others."""

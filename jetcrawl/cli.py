@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("topology", help="print stream and consumer definitions as JSON")
     p.add_argument("--shards", type=int, help="shard count")
     p.add_argument(
+        "--apply",
+        action="store_true",
+        help="create or update them on the server instead (as a NATS user that may)",
+    )
+    p.add_argument("--nats", dest="nats_url", help="NATS server URL(s) for --apply")
+    p.add_argument(
         "--write",
         metavar="DIR",
         type=Path,
@@ -135,6 +141,8 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 def cmd_topology(args: argparse.Namespace) -> int:
     from jetcrawl.topology import as_cli_json
 
+    if args.apply:
+        return int(run_async(lambda: apply_topology(settings_from(args, create_topology=True))))
     doc = as_cli_json(settings_from(args))
     if args.write is None:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -150,6 +158,23 @@ def cmd_topology(args: argparse.Namespace) -> int:
         path = out / f"consumer-{stream}-{name}.json"
         path.write_bytes(orjson.dumps(entry["config"], option=orjson.OPT_INDENT_2))
         print(f"nats consumer add {stream} {name} --config {path}")
+    return 0
+
+
+async def apply_topology(settings: Settings) -> int:
+    from jetcrawl.bus import connect
+    from jetcrawl.topology import Topology, ensure
+
+    nc = await connect(settings, "jetcrawl-topology")
+    try:
+        await ensure(nc.jetstream(), settings)
+    finally:
+        await nc.close()
+    topology = Topology.from_settings(settings)
+    print(
+        f"topology applied: {len(topology.streams)} streams, "
+        f"{len(topology.consumers)} consumers, {settings.shards} shards"
+    )
     return 0
 
 

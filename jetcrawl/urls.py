@@ -49,6 +49,7 @@ __all__ = [
     "fnv1a_32",
     "host_of",
     "in_scope",
+    "most_repeated_segment",
     "registered_domain",
     "scope_root",
     "shard_of",
@@ -339,6 +340,21 @@ def scope_root(canonical_url: str, scope: str) -> str:
     if scope == "any":
         return ""
     raise ValueError(f"unknown scope {scope!r}")
+
+
+def most_repeated_segment(canonical_url: str) -> int:
+    """How often the most frequent non-empty path segment occurs (a spider-trap sign).
+
+    ``/a/b/a/b/a/b/a/b`` gives 4: relative links that resolve deeper and deeper, or calendars
+    with "next" links, repeat their segments; real paths rarely repeat one more than twice.
+    """
+    start = canonical_url.index("/", canonical_url.index("://") + 3)
+    path = canonical_url[start:].partition("?")[0]
+    counts: dict[str, int] = {}
+    for segment in path.split("/"):
+        if segment:
+            counts[segment] = counts.get(segment, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def in_scope(canonical_url: str, scope: str, root: str) -> bool:
