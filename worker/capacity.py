@@ -1,9 +1,13 @@
-"""The worker's global concurrency limit, shared by every shard's pull loop.
+"""A counting limit shared by every shard's pull loop; the worker has two.
 
-A pull loop only asks JetStream for more tasks while a slot is free, sized to the free slots,
-and takes one slot per task before starting it; the task gives it back when finished. So tasks
-in flight never exceed ``limit``; a loop that fetched while another filled the slots holds its
-few fetched tasks until slots free up (at most one fetch batch per shard).
+The holding (``concurrency + waiting_max``): a pull loop only asks JetStream for more tasks while a
+place is free, sized to the free places, and takes one per task before starting it; the task gives
+it back when acked or handed back. A loop that fetched while another filled the places holds its
+few fetched tasks until places free up (at most one fetch batch per shard).
+
+The fetch slots (``concurrency``): a task takes one for its host's turn only
+(:mod:`worker.politeness`, with ``try_take`` and ``freed``), so requests in flight never exceed
+``concurrency`` while tasks waiting for their host hold none.
 """
 
 from __future__ import annotations
