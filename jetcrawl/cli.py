@@ -2,6 +2,7 @@
 
 jetcrawl topology    print the JetStream definitions for the nats CLI
 jetcrawl dispatcher  run a dispatcher (frontier -> sharded tasks)
+jetcrawl status      the mesh now: workers, shard owners, backlogs, results, rates
 jetcrawl dlq         list or replay dead letters
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -17,13 +19,18 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from jetcrawl import __version__
 from jetcrawl.errors import JetcrawlError
 from jetcrawl.settings import Settings
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from jetcrawl.health import Readiness
 
 log = logging.getLogger("jetcrawl")
 
@@ -62,12 +69,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dispatcher", help="run a dispatcher")
     _connection_flags(p)
+    _metrics_flag(p)
 
     p = sub.add_parser("worker", help="run a worker")
     _connection_flags(p, etcd=True)
     p.add_argument("--id", dest="worker_id", help="worker id (default: host-pid-random)")
     p.add_argument("--concurrency", type=int, help="tasks in flight at most")
     _crawl_limits(p)
+    _metrics_flag(p)
+
+    p = sub.add_parser("status", help="show workers, shards, backlogs, results and rates")
+    _connection_flags(p, etcd=True)
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=float,
+        metavar="SECONDS",
+        help="show it again every SECONDS (default 2) until interrupted",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="without --watch: measure rates over this long (default 1; 0: no rates)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object (per line with --watch)")
 
     p = sub.add_parser("crawl", help="crawl on one machine and write the results")
     p.add_argument("seeds", nargs="+", metavar="SEED", help="start URL(s)")
@@ -107,6 +135,16 @@ def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
 
 
+def _metrics_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics, /healthz and /readyz on this port (default 0: off)",
+    )
+
+
 def _crawl_limits(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-net",
@@ -125,6 +163,7 @@ FLAG_SETTINGS = (
     "worker_id",
     "concurrency",
     "max_pages",
+    "metrics_port",
 )
 
 
@@ -180,31 +219,86 @@ async def apply_topology(settings: Settings) -> int:
 
 async def run_dispatcher(settings: Settings) -> None:
     from dispatcher import Dispatcher
+    from jetcrawl.health import Readiness, nats_ready
+    from jetcrawl.metrics import DispatcherMetrics
+    from otel import DISPATCHER_SERVICE, setup_tracing
 
-    async with Dispatcher(settings) as dispatcher:
-        _on_signals(dispatcher.stop)
-        log.info("dispatcher running (nats %s, %d shards)", settings.nats_url, settings.shards)
-        await dispatcher.run()
-    log.info("dispatcher stopped: %s", dispatcher.stats)
+    instance = default_worker_id()
+    tracing = setup_tracing(DISPATCHER_SERVICE, instance, __version__)
+    metrics = DispatcherMetrics(DISPATCHER_SERVICE, __version__, instance)
+    readiness = Readiness()
+    try:
+        async with (
+            _endpoint(settings, metrics.registry, readiness),
+            Dispatcher(settings, tracing) as dispatcher,
+        ):
+            metrics.bind(dispatcher)
+            readiness.add("nats", nats_ready(dispatcher.nc, settings))
+            _on_signals(dispatcher.stop)
+            log.info("dispatcher running (nats %s, %d shards)", settings.nats_url, settings.shards)
+            await dispatcher.run()
+        log.info("dispatcher stopped: %s", dispatcher.stats)
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
 
 
 async def run_worker(settings: Settings) -> None:
+    from jetcrawl.health import Readiness, nats_ready, registry_ready
+    from jetcrawl.metrics import WorkerMetrics
+    from otel import WORKER_SERVICE, setup_tracing
     from registry import Registry, WorkerInfo
     from worker import Worker
 
     worker_id = settings.worker_id or default_worker_id()
+    tracing = setup_tracing(WORKER_SERVICE, worker_id, __version__)
+    metrics = WorkerMetrics(WORKER_SERVICE, __version__, worker_id)
+    readiness = Readiness()
     stopping = asyncio.Event()
-    async with Worker(settings, worker_id) as worker, asyncio.TaskGroup() as tg:
-        tg.create_task(worker.run())
-        await worker.wait_running()
-        info = WorkerInfo.local(worker_id, capacity=settings.concurrency)
-        async with Registry(settings, info, worker):
-            _on_signals(stopping.set)
-            log.info("worker %s running (etcd %s)", worker_id, settings.etcd_url)
-            await stopping.wait()
-            log.info("worker %s stopping: releasing shards", worker_id)
-        worker.stop()  # the registry has drained and released every shard and revoked the lease
-    log.info("worker %s stopped: %s", worker_id, worker.stats)
+    try:
+        async with (
+            _endpoint(settings, metrics.registry, readiness),
+            Worker(settings, worker_id, tracing, metrics) as worker,
+            asyncio.TaskGroup() as tg,
+        ):
+            metrics.bind(worker)
+            readiness.add("nats", nats_ready(worker.nc, settings))
+            tg.create_task(worker.run())
+            await worker.wait_running()
+            info = WorkerInfo.local(worker_id, capacity=settings.concurrency)
+            async with Registry(settings, info, worker) as registry:
+                readiness.add("etcd", registry_ready(registry))
+                _on_signals(stopping.set)
+                log.info("worker %s running (etcd %s)", worker_id, settings.etcd_url)
+                await stopping.wait()
+                log.info("worker %s stopping: releasing shards", worker_id)
+            worker.stop()  # the registry has drained and released every shard, revoked the lease
+        log.info("worker %s stopped: %s", worker_id, worker.stats)
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
+
+
+def _endpoint(
+    settings: Settings, registry: CollectorRegistry, readiness: Readiness
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """The service's /metrics, /healthz and /readyz, when ``metrics_port`` is set."""
+    from jetcrawl.health import Endpoint
+
+    if not settings.metrics_port:
+        return contextlib.nullcontext()
+    return Endpoint(settings.metrics_port, registry, readiness)
+
+
+async def run_status(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.status import run_status as show
+
+    task = asyncio.current_task()
+    assert task is not None
+    _on_signals(task.cancel)
+    try:
+        await show(settings, watch_s=args.watch, interval_s=args.interval, as_json=args.json)
+    except asyncio.CancelledError:
+        return 0 if args.watch is not None else 130
+    return 0
 
 
 def default_worker_id() -> str:
@@ -307,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "crawl":
             settings = settings_from(args)
             return int(run_async(lambda: run_crawl(settings, args)))
+        if args.command == "status":
+            settings = settings_from(args)
+            return int(run_async(lambda: run_status(settings, args)))
         if args.command == "dlq":
             settings = settings_from(args)
             return int(run_async(lambda: run_dlq(settings, args)))

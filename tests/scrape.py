@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass
 
@@ -9,12 +10,22 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+# Below Linux's ephemeral range (32768-60999), where every outgoing connection takes its local
+# port: a port the OS hands out as free there is often taken again before the service binds it.
+PORTS = range(20000, 32000)
+
 
 def free_port() -> int:
-    """A TCP port nobody listens on now (the OS's choice), for a service's ``metrics_port``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on every address now, for a service's ``metrics_port``."""
+    while True:
+        port = random.choice(PORTS)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
 
 
 @dataclass(frozen=True, slots=True)

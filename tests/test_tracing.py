@@ -1,0 +1,183 @@
+"""A real crawl by dispatcher and worker processes, traced into a local OTLP/HTTP receiver.
+
+The receiver decodes what the services' exporters send (tests/otlp.py); the assertions follow one
+seed through the mesh — nats pub, dispatch, task publish, worker, robots, politeness, GET, parse,
+result and links — and check where the trace is cut (``trace_continue_depth``, 0 by default).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from jetcrawl.embedded import EtcdServer, NatsServer
+from jetcrawl.messages import Result
+from tests.mesh import Mesh
+from tests.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
+from tests.site import MultiHostSite
+
+DISPATCHER = "jetcrawl-dispatcher"
+WORKER = "jetcrawl-worker"
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[OtlpReceiver]:
+    async with OtlpReceiver() as started:
+        yield started
+
+
+async def crawl_traced(
+    mesh: Mesh, receiver: OtlpReceiver, seeds: list[str]
+) -> tuple[list[Result], list[ReceivedSpan]]:
+    """Crawl ``seeds`` with a traced dispatcher and two workers; stop them (which flushes)."""
+    services = [await mesh.start("dispatcher", "dispatcher", **receiver.env())]
+    services += [await mesh.start("worker", name, **receiver.env()) for name in ("w1", "w2")]
+    await mesh.wait_ownership({"w1", "w2"})
+    await mesh.seed(seeds)
+    await mesh.wait_drained()
+    results = await mesh.results()
+    for service in services:
+        service.signal(signal.SIGTERM)
+    for service in services:
+        assert await service.wait() == 0, service.log()
+
+    def every_task_traced(spans: Sequence[ReceivedSpan]) -> bool:
+        return sum(s.name.startswith("process crawl.tasks.") for s in spans) >= len(results)
+
+    await receiver.wait_for(every_task_traced, within_s=10)  # flushed at exit: already there
+    return results, receiver.spans
+
+
+def one(spans: list[ReceivedSpan]) -> ReceivedSpan:
+    assert len(spans) == 1, [(s.name, s.service) for s in spans]
+    return spans[0]
+
+
+def child_of(span: ReceivedSpan, parent: ReceivedSpan) -> bool:
+    return span.trace_id == parent.trace_id and span.parent_span_id == parent.span_id
+
+
+def messaging(span: ReceivedSpan, destination: str, operation: str) -> None:
+    assert span.attributes["messaging.system"] == "nats"
+    assert span.attributes["messaging.destination.name"] == destination
+    assert span.attributes["messaging.operation.type"] == operation
+
+
+async def test_one_seed_reads_as_one_story_across_processes(
+    nats_server: NatsServer,
+    etcd_server: EtcdServer,
+    tmp_path: Path,
+    site: MultiHostSite,
+    receiver: OtlpReceiver,
+) -> None:
+    async with Mesh(nats_server.url, etcd_server.url, tmp_path) as mesh:
+        results, spans = await crawl_traced(mesh, receiver, site.seeds)
+    assert {r.url for r in results} == site.reachable
+    by_url = {r.url: r for r in results}
+    [seed_url] = site.seeds
+    seed = by_url[seed_url]
+
+    # nats pub (no headers) -> the dispatcher starts a trace.
+    intake = one([s for s in spans if s.name == "process crawl.seeds"])
+    assert intake.service == DISPATCHER and intake.kind == "CONSUMER" and intake.is_root
+    messaging(intake, "crawl.seeds", "process")
+    assert intake.attributes["messaging.destination.subscription.name"] == "dispatch"
+    assert intake.attributes["jetcrawl.tasks"] == 1
+    trace = [s for s in spans if s.trace_id == intake.trace_id]
+
+    # dispatch -> the task's publish, a child in the same trace.
+    task_subject = f"crawl.tasks.{seed.shard}"
+    publish = one([s for s in trace if s.name == f"publish {task_subject}"])
+    assert child_of(publish, intake) and publish.kind == "PRODUCER"
+    messaging(publish, task_subject, "send")
+    assert publish.attributes["messaging.message.id"] == seed.fp
+    assert publish.attributes["jetcrawl.url"] == seed_url
+    assert publish.attributes["jetcrawl.depth"] == 0
+
+    # -> the worker process that owns the shard, continuing the trace from the task's headers.
+    process = one([s for s in trace if s.name == f"process {task_subject}"])
+    assert process.service == WORKER and process.kind == "CONSUMER"
+    assert child_of(process, publish), "the context crossed from dispatcher to worker"
+    assert process.resource["service.instance.id"] == seed.worker
+    messaging(process, task_subject, "process")
+    assert process.attributes["messaging.destination.subscription.name"] == f"shard-{seed.shard}"
+    assert process.attributes["jetcrawl.url"] == seed_url
+    assert process.attributes["jetcrawl.outcome"] == "fetched"
+
+    # -> robots, politeness, the HTTP GET, parse and the two publishes, children of the task.
+    children = {s.name: s for s in receiver.children(process)}
+    assert set(children) == {
+        "robots",
+        "politeness wait",
+        "GET",
+        "parse",
+        f"publish crawl.results.{seed.shard}",
+        "publish crawl.discovered",
+    }
+    assert children["robots"].attributes["jetcrawl.robots.allowed"] is True
+    get = children["GET"]
+    parts = urlsplit(seed_url)
+    assert get.kind == "CLIENT" and get.service == WORKER
+    assert get.attributes["http.request.method"] == "GET"
+    assert get.attributes["url.full"] == seed_url
+    assert get.attributes["server.address"] == parts.hostname
+    assert get.attributes["server.port"] == parts.port
+    assert get.attributes["http.response.status_code"] == 200
+    assert get.status == "UNSET"
+    stored = children[f"publish crawl.results.{seed.shard}"]
+    assert stored.kind == "PRODUCER" and stored.attributes["messaging.message.id"] == seed.fp
+    messaging(stored, f"crawl.results.{seed.shard}", "send")
+    links_out = children["publish crawl.discovered"]
+    messaging(links_out, "crawl.discovered", "send")
+    assert get.start_ns < children["parse"].start_ns < stored.start_ns
+
+    # -> the links go back to a dispatcher with the page's context: still the seed's trace.
+    dispatch_links = one([s for s in spans if s.parent_span_id == links_out.span_id])
+    assert dispatch_links.name == "process crawl.discovered"
+    assert dispatch_links.service == DISPATCHER and child_of(dispatch_links, links_out)
+    admitted = sum(r.parent == seed_url for r in results)
+    assert dispatch_links.attributes["jetcrawl.tasks"] == admitted > 0
+
+    # Depth 1 > trace_continue_depth 0: each link's publish starts a trace of its own, linked
+    # to the dispatch of its parent page's links; its crawl continues that new trace.
+    parent_page = ReceivedLink(dispatch_links.trace_id, dispatch_links.span_id)
+    link_publishes = [s for s in spans if parent_page in s.links]
+    assert len(link_publishes) == admitted
+    for root in link_publishes:
+        assert root.is_root and root.kind == "PRODUCER" and root.trace_id != intake.trace_id
+        assert root.attributes["jetcrawl.depth"] == 1
+        crawl = one([s for s in spans if child_of(s, root)])
+        assert crawl.name.startswith("process crawl.tasks.") and crawl.service == WORKER
+        assert crawl.attributes["jetcrawl.url"] == root.attributes["jetcrawl.url"]
+
+    # The seed's trace holds the seed page alone; no trace grows with the crawl.
+    assert Counter(s.name.split(" ")[0] for s in trace) == {
+        "process": 3,  # crawl.seeds, crawl.tasks.<n>, crawl.discovered
+        "publish": 3,  # the task, the result, the links
+        "robots": 1,
+        "politeness": 1,
+        "GET": 1,
+        "parse": 1,
+    }
+
+    # Every result was traced once, as a new trace linked to its parent's, by its own worker.
+    crawls = [s for s in spans if s.name.startswith("process crawl.tasks.")]
+    assert sorted(str(s.attributes["jetcrawl.url"]) for s in crawls) == sorted(by_url)
+    for span in crawls:
+        result = by_url[str(span.attributes["jetcrawl.url"])]
+        assert span.resource["service.instance.id"] == result.worker
+        parent = receiver.get(span.parent_span_id)
+        assert parent.service == DISPATCHER and parent.name == f"publish crawl.tasks.{result.shard}"
+        if result.depth > 0:
+            assert parent.is_root and len(parent.links) == 1
+    gets = [s for s in spans if s.name == "GET"]
+    assert len(gets) == sum(r.outcome == "fetched" for r in results)
+    for span in gets:
+        failed = span.attributes["http.response.status_code"] >= 400
+        assert (span.status == "ERROR") is failed, "4xx and 5xx mark a client span failed"
+        assert span.attributes["url.full"] in by_url
