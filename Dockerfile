@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# The jetcrawl image: one image for every service (`jetcrawl dispatcher`, `jetcrawl worker`,
+# `jetcrawl topology --apply`, `jetcrawl status`), as compose.yaml runs them.
+#
+# Two stages: the first builds wheels of jetcrawl and of all its dependencies; the second installs
+# only those wheels into a clean slim image (no compiler, no pip cache, no sources) and runs as an
+# unprivileged user. Nothing secret is in the image: NATS passwords come from the environment.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+# Only what the distribution is built from (see [tool.setuptools] packages in pyproject.toml).
+COPY pyproject.toml README.md ./
+COPY jetcrawl ./jetcrawl
+COPY dispatcher ./dispatcher
+COPY worker ./worker
+COPY registry ./registry
+COPY otel ./otel
+RUN pip wheel --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --disable-pip-version-check --no-index --find-links=/wheels jetcrawl \
+    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin jetcrawl
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+
+USER 10001:10001
+WORKDIR /tmp
+
+# /healthz, /readyz and /metrics (Prometheus). Every service but `topology` serves them here.
+ENV JETCRAWL_METRICS_PORT=9464
+EXPOSE 9464
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ['JETCRAWL_METRICS_PORT'] + '/healthz', timeout=2)"]
+
+ENTRYPOINT ["jetcrawl"]
+CMD ["--help"]
