@@ -1,0 +1,773 @@
+"""The compose deployment, proven without a container engine.
+
+This machine has a docker client and no engine, so compose.yaml, the Dockerfile and nats/ are
+checked two ways:
+
+- read against the code: every service command parses with the real ``jetcrawl`` parser, every
+  ``JETCRAWL_*`` variable is a setting (``Settings.from_env``) and every other one a standard
+  ``OTEL_*`` variable of the OpenTelemetry SDK, ports and health checks agree with the configs and
+  with what the services serve, the image is multi-stage, slim, non-root and carries no secret;
+- run: the compose services' own commands and environments (the image's ENV under compose's
+  ``environment``) as local processes, compose host names mapped to loopback and ports chosen
+  free, against a nats-server started from compose's own command with nats/ and its users. Seeds
+  published as ``seeder`` are crawled; a second and a third worker started later take shards; the
+  local OTLP receiver (tests/otlp.py) stands in for Jaeger and gets the spans; and the least
+  privilege of nats/accounts.conf is shown by what each user is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import nats
+import pytest
+import yaml
+from nats.aio.client import Client as NATS
+from nats.errors import TimeoutError as NatsTimeoutError
+from opentelemetry.sdk import environment_variables as otel_variables
+
+from dispatcher.intake import Intake
+from jetcrawl.cli import build_parser
+from jetcrawl.embedded import EtcdServer, NatsServer, etcd_binary, free_ports, nats_server_binary
+from jetcrawl.errors import TopologyError
+from jetcrawl.messages import Result
+from jetcrawl.settings import ENV_PREFIX, Settings
+from jetcrawl.topology import (
+    FRONTIER_STREAM,
+    RESULTS_STREAM,
+    SEEDS,
+    TASKS_STREAM,
+    Topology,
+    ensure,
+    result_subject,
+    task_subject,
+)
+from registry import read_ownership
+from tests.mesh import Service
+from tests.otlp import OtlpReceiver, ReceivedSpan
+from tests.site import MultiHostSite
+from tests.streams import eventually, stored
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+NATS_CONFIG_DIR = ROOT / "nats"
+USERS = ("admin", "seeder", "dispatcher", "worker")
+PASSWORD_VARIABLES = tuple(f"NATS_{user.upper()}_PASSWORD" for user in USERS)
+JETCRAWL_IMAGE = "jetcrawl:local"
+JETCRAWL = (sys.executable, "-m", "jetcrawl")  # the image's entrypoint, `jetcrawl`
+
+# Only for this test's speed and sandbox, never in compose: the test site lives on loopback, which
+# the SSRF guard refuses by default, and the product's 1 s per host would make the crawl minutes.
+TEST_ONLY = {
+    "JETCRAWL_ALLOW_NETS": "127.0.0.0/8",
+    "JETCRAWL_HOST_DELAY_S": "0",
+    "JETCRAWL_LEASE_TTL_S": "3",
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+}
+
+
+# ---------------------------------------------------------------- reading the deployment files
+
+
+@dataclass(frozen=True, slots=True)
+class Dockerfile:
+    """The instructions of a Dockerfile, continuation lines joined, by stage."""
+
+    stages: list[list[tuple[str, str]]]  # per FROM: (INSTRUCTION, arguments)
+
+    @classmethod
+    def read(cls, path: Path) -> Dockerfile:
+        text = re.sub(r"\\\n", " ", path.read_text())
+        stages: list[list[tuple[str, str]]] = []
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            instruction, _, args = line.partition(" ")
+            if instruction.upper() == "FROM":
+                stages.append([])
+            elif not stages:
+                continue  # ARG before the first FROM
+            stages[-1].append((instruction.upper(), " ".join(args.split())))
+        return cls(stages)
+
+    @property
+    def final(self) -> list[tuple[str, str]]:
+        return self.stages[-1]
+
+    def args(self, instruction: str, stage: list[tuple[str, str]] | None = None) -> list[str]:
+        return [a for i, a in (self.final if stage is None else stage) if i == instruction]
+
+    def env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for args in self.args("ENV"):
+            env.update(pair.split("=", 1) for pair in shlex.split(args))
+        return env
+
+    def healthcheck(self) -> tuple[dict[str, str], list[str]]:
+        """The options and the exec-form command of the final stage's HEALTHCHECK."""
+        [args] = self.args("HEALTHCHECK")
+        options, _, command = args.partition(" CMD ")
+        flags = dict(opt.removeprefix("--").split("=", 1) for opt in options.split())
+        return flags, json.loads(command)
+
+
+DOCKERFILE = Dockerfile.read(ROOT / "Dockerfile")
+
+
+def interpolate(value: str, variables: Mapping[str, str]) -> str:
+    """Compose's interpolation of the forms this file uses: ``${VAR:-default}`` and ``$$``."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        assert default is not None, f"${{{name}}} without a default: a clean clone must start"
+        return variables.get(name) or default
+
+    return re.sub(r"\$\$|\$\{(\w+)(?::-([^}]*))?\}", one, value)
+
+
+def compose_environment(service: str, variables: Mapping[str, str]) -> dict[str, str]:
+    environment = SERVICES[service].get("environment", {})
+    assert isinstance(environment, dict), f"{service}: environment as a mapping"
+    return {key: interpolate(str(value), variables) for key, value in environment.items()}
+
+
+def container_environment(service: str, variables: Mapping[str, str]) -> dict[str, str]:
+    """What a jetcrawl container's process sees: the image's ENV, then compose's environment."""
+    return {**DOCKERFILE.env(), **compose_environment(service, variables)}
+
+
+def jetcrawl_services() -> list[str]:
+    return [name for name, s in SERVICES.items() if s.get("image") == JETCRAWL_IMAGE]
+
+
+def settings_variables(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)}
+
+
+def seconds(duration: str) -> float:
+    match = re.fullmatch(r"(\d+)s", duration)
+    assert match, f"a duration in seconds: {duration!r}"
+    return float(match.group(1))
+
+
+def host_port(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
+
+
+def nats_config_value(name: str) -> str:
+    """A top-level ``name: value`` of nats/nats-server.conf."""
+    match = re.search(
+        rf"^{name}:\s*(\S+)", (NATS_CONFIG_DIR / "nats-server.conf").read_text(), re.M
+    )
+    assert match, f"{name} in nats-server.conf"
+    return match.group(1)
+
+
+def standard_otel_variables() -> set[str]:
+    return {v for k, v in vars(otel_variables).items() if k.startswith("OTEL_")}
+
+
+# ---------------------------------------------------------------- static: the files vs the code
+
+
+def test_compose_service_commands_are_real_jetcrawl_subcommands_with_valid_flags() -> None:
+    parser = build_parser()
+    commands = {name: SERVICES[name]["command"] for name in jetcrawl_services()}
+    assert {"topology", "dispatcher", "worker"} <= set(commands)
+    for name, command in commands.items():
+        try:
+            args = parser.parse_args(command)
+        except SystemExit:
+            pytest.fail(f"compose service {name}: `jetcrawl {' '.join(command)}` does not parse")
+        assert isinstance(args, argparse.Namespace)
+    assert commands["dispatcher"] == ["dispatcher"]
+    assert commands["worker"] == ["worker"]
+    assert parser.parse_args(commands["topology"]).apply, "the one-shot step applies the topology"
+
+    [entrypoint] = DOCKERFILE.args("ENTRYPOINT")
+    assert json.loads(entrypoint) == ["jetcrawl"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["jetcrawl"] == "jetcrawl.cli:main"
+
+
+def test_every_environment_variable_is_a_setting_or_a_standard_otel_variable() -> None:
+    otel = standard_otel_variables()
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in otel, "the SDK's list of its variables is readable"
+    for name in jetcrawl_services():
+        env = compose_environment(name, {})
+        settings = Settings.from_env(settings_variables(env))  # an unknown JETCRAWL_* raises
+        others = set(env) - set(settings_variables(env))
+        assert others <= otel, f"{name}: not settings, not standard OTEL_*: {others - otel}"
+        assert settings.nats_user in USERS and str(settings.nats_password), name
+    image = DOCKERFILE.env()
+    Settings.from_env(settings_variables(image))
+    assert {k for k in image if not k.startswith(ENV_PREFIX)} == {
+        "PYTHONDONTWRITEBYTECODE",  # the interpreter's own
+        "PYTHONUNBUFFERED",
+    }
+    for variable in TEST_ONLY:
+        assert variable.startswith(ENV_PREFIX) or variable in otel
+
+
+def test_ports_and_health_checks_match_what_the_services_serve() -> None:
+    # The image's HEALTHCHECK asks /healthz on the port the metrics_port setting names.
+    env = DOCKERFILE.env()
+    port = env["JETCRAWL_METRICS_PORT"]
+    assert Settings.from_env(settings_variables(env)).metrics_port == int(port)
+    assert DOCKERFILE.args("EXPOSE") == [port]
+    options, command = DOCKERFILE.healthcheck()
+    assert command[:2] == ["python", "-c"]
+    assert "os.environ['JETCRAWL_METRICS_PORT']" in command[2] and "/healthz'" in command[2]
+    assert seconds(options["timeout"]) < seconds(options["interval"])
+    for name in ("dispatcher", "worker"):
+        service = SERVICES[name]
+        assert compose_environment(name, {})["JETCRAWL_METRICS_PORT"] == port
+        assert service["expose"] == [port]
+        assert "healthcheck" not in service, "the image's HEALTHCHECK applies"
+    # Scalable: no fixed name, no host port.
+    assert "container_name" not in SERVICES["worker"] and "ports" not in SERVICES["worker"]
+    # Where the services connect is where the servers listen.
+    shared = compose_environment("worker", {})
+    assert (
+        host_port(shared["JETCRAWL_NATS_URL"])
+        == "nats:" + nats_config_value("listen").split(":")[1]
+    )
+    etcd_flags = dict(f.removeprefix("--").split("=", 1) for f in SERVICES["etcd"]["command"][1:])
+    assert host_port(shared["JETCRAWL_ETCD_URL"]) == host_port(etcd_flags["advertise-client-urls"])
+    otlp = urlsplit(shared["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    assert otlp.hostname == "jaeger" and str(otlp.port) in SERVICES["jaeger"]["expose"]
+    # The servers' health checks probe their own listeners.
+    nats_check = SERVICES["nats"]["healthcheck"]["test"]
+    assert urlsplit(nats_check[-1]).port == int(nats_config_value("http_port"))
+    assert urlsplit(nats_check[-1]).path == "/healthz"
+    etcd_check = SERVICES["etcd"]["healthcheck"]["test"]
+    assert (
+        urlsplit(etcd_check[2].split("=", 1)[1]).port
+        == urlsplit(etcd_flags["listen-client-urls"]).port
+    )
+    # Published ports listen on loopback only: the dev passwords are never exposed.
+    for name, service in SERVICES.items():
+        for mapping in service.get("ports", []):
+            assert str(mapping).startswith("127.0.0.1:"), f"{name}: {mapping}"
+
+
+def test_start_order_is_enforced_by_health_checks_and_depends_on() -> None:
+    def conditions(name: str) -> dict[str, str]:
+        return {dep: c["condition"] for dep, c in SERVICES[name]["depends_on"].items()}
+
+    assert conditions("topology") == {"nats": "service_healthy"}
+    for name in ("dispatcher", "worker"):
+        assert conditions(name)["nats"] == "service_healthy"
+        assert conditions(name)["topology"] == "service_completed_successfully"
+        assert conditions(name)["jaeger"] == "service_started"
+    assert conditions("worker")["etcd"] == "service_healthy"
+    for name in jetcrawl_services():
+        for dependency, condition in conditions(name).items():
+            if condition == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], dependency
+    assert SERVICES["topology"]["restart"] == "no"
+    assert SERVICES["topology"]["healthcheck"] == {"disable": True}
+    drain = Settings().drain_deadline_s
+    assert seconds(SERVICES["worker"]["stop_grace_period"]) > drain, "SIGTERM drains first"
+
+
+def test_the_image_is_multi_stage_slim_non_root_and_holds_every_package_and_no_secret() -> None:
+    froms = [
+        line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("FROM")
+    ]
+    assert len(froms) == 2, "build wheels in one stage, install them into a clean one"
+    assert re.search(
+        r"^ARG PYTHON_IMAGE=python:3\.\d+-slim", (ROOT / "Dockerfile").read_text(), re.M
+    )
+    [user] = DOCKERFILE.args("USER")
+    assert user.split(":")[0] not in ("0", "root")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = pyproject["tool"]["setuptools"]["packages"]
+    copied = {
+        src for args in DOCKERFILE.args("COPY", DOCKERFILE.stages[0]) for src in args.split()[:-1]
+    }
+    assert copied == {"pyproject.toml", "README.md", *packages}, "every package, nothing else"
+    assert "nats" not in packages, "nats/ is server config: a package would shadow nats-py"
+    for instruction, args in [i for stage in DOCKERFILE.stages for i in stage]:
+        assert not re.search(r"PASSWORD|SECRET|TOKEN", args, re.I), f"{instruction} {args}"
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    ignored = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert ignored[0] == "*", "the build context is a whitelist"
+    assert not [p for p in ignored if p.startswith("!.env")], ".env never enters a build"
+
+
+def test_passwords_come_from_the_environment_with_marked_local_defaults() -> None:
+    accounts = (NATS_CONFIG_DIR / "accounts.conf").read_text()
+    users = dict(re.findall(r"user: (\w+), password: \$(\w+)", accounts))
+    assert users == dict(zip(USERS, PASSWORD_VARIABLES, strict=True))
+    nats_env = SERVICES["nats"]["environment"]
+    assert set(nats_env) == set(PASSWORD_VARIABLES)
+    text = (ROOT / "compose.yaml").read_text()
+    for variable in re.findall(r"\$\{(\w+)", text):
+        assert variable in PASSWORD_VARIABLES, f"only passwords are interpolated: {variable}"
+    for default in re.findall(r"\$\{\w+:-([^}]*)\}", text):
+        assert default.startswith("local-dev-only-"), default
+    mine = {v: f"p{secrets.token_hex(4)}" for v in PASSWORD_VARIABLES}
+    assert compose_environment("nats", mine) == mine, "a set password replaces the default"
+
+
+def test_compose_runs_the_server_versions_the_tests_run() -> None:
+    out = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True)
+    local_nats = out.stdout.strip().removeprefix("nats-server: v")
+    assert SERVICES["nats"]["image"] == f"nats:{local_nats}-alpine"
+    out = subprocess.run([etcd_binary(), "--version"], capture_output=True, text=True)
+    local_etcd = re.search(r"etcd Version: (\d+\.\d+)\.", out.stdout)
+    assert local_etcd, out.stdout
+    assert SERVICES["etcd"]["image"].startswith(f"quay.io/coreos/etcd:v{local_etcd.group(1)}.")
+    etcd_help = subprocess.run([etcd_binary(), "--help"], capture_output=True, text=True)
+    for flag in SERVICES["etcd"]["command"][1:]:
+        assert f"\n  {flag.split('=')[0]} " in etcd_help.stdout + etcd_help.stderr, flag
+
+
+@pytest.fixture
+def passwords(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Fresh passwords of the documented shape, in the environment nats-server inherits."""
+    chosen = {variable: f"p{secrets.token_hex(12)}" for variable in PASSWORD_VARIABLES}
+    for variable, value in chosen.items():
+        monkeypatch.setenv(variable, value)
+    return chosen
+
+
+def test_nats_configs_are_valid_and_refuse_to_start_without_passwords(
+    passwords: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def check(config: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [nats_server_binary(), "-c", NATS_CONFIG_DIR / config, "-t"],
+            capture_output=True,
+            text=True,
+        )
+
+    monkeypatch.setenv("NATS_SERVER_NAME", "n1")
+    for config in ("nats-server.conf", "cluster.conf"):
+        assert check(config).returncode == 0, check(config).stderr
+    monkeypatch.delenv("NATS_WORKER_PASSWORD")
+    refused = check("nats-server.conf")
+    assert refused.returncode != 0 and "NATS_WORKER_PASSWORD" in refused.stderr
+
+
+def test_nats_box_contexts_are_users_of_the_config() -> None:
+    service = SERVICES["nats-box"]
+    [script] = service["command"]
+    saved = re.findall(
+        r"nats context save (\w+) .*?--user (\w+) --password \"\$\$(\w+)\"(.*?)>", script
+    )
+    assert [(name, user, var) for name, user, var, _ in saved] == [
+        ("admin", "admin", "NATS_ADMIN_PASSWORD"),
+        ("seeder", "seeder", "NATS_SEEDER_PASSWORD"),
+    ]
+    assert "--select" in saved[1][3], "`nats pub crawl.seeds URL` publishes as the seeder"
+    assert set(service["environment"]) == {"NATS_ADMIN_PASSWORD", "NATS_SEEDER_PASSWORD"}
+
+
+def readme_deploy_commands() -> list[list[str]]:
+    """The ``docker compose`` command lines of the README's walkthrough, as words."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Deploy with compose\n", 1)[1].split("\n## ", 1)[0]
+    return [
+        shlex.split(line.split(" > ")[0])[2:]
+        for line in section.splitlines()
+        if line.startswith("docker compose ")
+    ]
+
+
+def test_readme_walkthrough_commands_are_real() -> None:
+    parser = build_parser()
+    jetcrawl_commands = seeds = 0
+    for words in readme_deploy_commands():
+        if words[:1] == ["exec"] or words[:3] == ["run", "--rm", "-T"]:
+            service = words[1] if words[0] == "exec" else words[3]
+            assert service in SERVICES, words
+            command = words[2:] if words[0] == "exec" else words[4:]
+            if command[:1] == ["jetcrawl"] or words[0] == "run":
+                parser.parse_args(command[1:] if command[0] == "jetcrawl" else command)
+                jetcrawl_commands += 1
+            if command[:3] == ["nats", "pub", SEEDS]:
+                body = command[3]
+                if body.startswith("$(printf '"):  # the shell's printf of a quoted format
+                    body = body.removeprefix("$(printf '").removesuffix("')").replace("\\n", "\n")
+                reading = Intake(Settings()).read(SEEDS, body.encode())
+                assert reading.tasks and not reading.rejections, body
+                seeds += 1
+    assert jetcrawl_commands >= 3 and seeds == 3
+
+
+# ---------------------------------------------------------------- running it: servers
+
+
+def compose_nats(store: Path, monitor_port: int | None = None) -> NatsServer:
+    """nats-server as compose runs it: its command, the config from nats/, a store of ours."""
+    args = list(SERVICES["nats"]["command"])
+    [mount] = [v for v in SERVICES["nats"]["volumes"] if v.startswith("./nats:")]
+    at = args.index("--config")
+    config = NATS_CONFIG_DIR / Path(args[at + 1]).relative_to(mount.split(":")[1])
+    del args[at : at + 2]  # NatsServer passes the config itself
+    args[args.index("--store_dir") + 1] = str(store / "jetstream")  # was on a volume
+    args += ["-m", str(monitor_port if monitor_port is not None else -1)]
+    return NatsServer(store, config=config, args=args)
+
+
+async def connect_as(
+    server: NatsServer, user: str, errors: asyncio.Queue[str] | None = None
+) -> NATS:
+    async def on_error(e: Exception) -> None:
+        if errors is not None:
+            errors.put_nowait(str(e))
+
+    return await nats.connect(
+        server.url,
+        user=user,
+        password=os.environ[f"NATS_{user.upper()}_PASSWORD"],
+        allow_reconnect=False,
+        error_cb=on_error,
+    )
+
+
+async def refused(errors: asyncio.Queue[str], what: str) -> None:
+    """The server told this client it may not ``what`` (``publish to "x"``...)."""
+    expected = f"permissions violation for {what}".lower()
+    async with asyncio.timeout(5):
+        while expected not in (await errors.get()).lower():
+            pass  # another refusal (the client's own reply subscription, say)
+
+
+async def apply_topology(server: NatsServer, settings: Settings) -> None:
+    admin = await connect_as(server, "admin")
+    try:
+        await ensure(admin.jetstream(), settings.replace(create_topology=True))
+    finally:
+        await admin.close()
+
+
+# ---------------------------------------------------------------- running it: least privilege
+
+
+async def test_seeder_may_only_publish_seeds_and_a_worker_may_not_delete_a_stream(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    async with compose_nats(tmp_path / "nats") as server:
+        settings = Settings(nats_url=server.url, shards=4)
+        await apply_topology(server, settings)
+        admin = await connect_as(server, "admin")
+        js = admin.jetstream()
+        await js.publish(result_subject(0), b'{"v": 1}')
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        seeder = await connect_as(server, "seeder", errors)
+        worker = await connect_as(server, "worker", errors)
+        try:
+            await seeder.publish(SEEDS, b"https://example.com/")  # what `nats pub` does
+            await seeder.flush()
+            assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 1, "allowed"
+
+            await seeder.publish(task_subject(0), b"https://example.com/")
+            await refused(errors, f'publish to "{task_subject(0)}"')
+            await seeder.subscribe("crawl.results.>")
+            await refused(errors, 'subscription to "crawl.results.>"')
+            with pytest.raises(NatsTimeoutError):
+                await seeder.jetstream(timeout=1).get_msg(RESULTS_STREAM, 1)
+            await refused(errors, f'publish to "$JS.API.STREAM.MSG.GET.{RESULTS_STREAM}"')
+            with pytest.raises(NatsTimeoutError):
+                await seeder.jetstream(timeout=1).delete_stream(FRONTIER_STREAM)
+            await refused(errors, f'publish to "$JS.API.STREAM.DELETE.{FRONTIER_STREAM}"')
+
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).delete_stream(TASKS_STREAM)
+            await refused(errors, f'publish to "$JS.API.STREAM.DELETE.{TASKS_STREAM}"')
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).purge_stream(RESULTS_STREAM)
+            await refused(errors, f'publish to "$JS.API.STREAM.PURGE.{RESULTS_STREAM}"')
+
+            assert (await js.stream_info(TASKS_STREAM)).state.messages == 0
+            assert (await js.stream_info(RESULTS_STREAM)).state.messages == 1
+            assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 1
+        finally:
+            for client in (seeder, worker, admin):
+                await client.close()
+
+
+async def test_services_without_create_rights_check_the_topology_and_change_nothing(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    async with compose_nats(tmp_path / "nats") as server:
+        settings = Settings(nats_url=server.url, shards=4, create_topology=False)
+        worker = await connect_as(server, "worker")
+        admin = await connect_as(server, "admin")
+        try:
+            with pytest.raises(TopologyError, match=f"stream {FRONTIER_STREAM} is missing"):
+                await ensure(worker.jetstream(), settings)
+            assert await admin.jetstream().streams_info() == [], "it created nothing"
+
+            await apply_topology(server, settings)
+            await ensure(worker.jetstream(), settings)  # the same declaration: accepted
+
+            with pytest.raises(
+                TopologyError, match="shard-0 has ack_wait=30000000000, not 7000000000"
+            ):
+                await ensure(worker.jetstream(), settings.replace(ack_wait_s=7.0))
+            topology = Topology.from_settings(settings)
+            assert len(await admin.jetstream().streams_info()) == len(topology.streams)
+        finally:
+            await worker.close()
+            await admin.close()
+
+
+# ---------------------------------------------------------------- running it: the whole mesh
+
+
+class ComposeMesh:
+    """The compose services as local processes: their commands and environments, localized."""
+
+    def __init__(self, workdir: Path, hosts: Mapping[str, str], passwords: Mapping[str, str]):
+        self._workdir = workdir
+        self._hosts = hosts  # compose "host:port" -> local "127.0.0.1:port"
+        self._passwords = passwords
+        self.services: dict[str, Service] = {}
+        self.metrics_ports: dict[str, int] = {}
+
+    def environment(self, compose_service: str) -> dict[str, str]:
+        """The container's environment with compose host names mapped to local servers."""
+        env = container_environment(compose_service, self._passwords)
+        for key, value in env.items():
+            for compose_host, local in self._hosts.items():
+                value = value.replace(f"//{compose_host}", f"//{local}")
+            assert not re.search(r"//(nats|etcd|jaeger)[:/]", value), f"unmapped: {value}"
+            env[key] = value
+        return {**env, **TEST_ONLY}
+
+    async def run(self, compose_service: str, name: str) -> Service:
+        """A container of ``compose_service``: its command (the image's entrypoint is jetcrawl)."""
+        [port] = free_ports(1)  # each container has its own; here they share one host
+        self.metrics_ports[name] = port
+        env = {**os.environ, **self.environment(compose_service)}
+        env["JETCRAWL_METRICS_PORT"] = str(port)
+        log_path = self._workdir / f"{name}.log"
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                *JETCRAWL,
+                *SERVICES[compose_service]["command"],
+                env=env,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        self.services[name] = Service(name, proc, log_path)
+        return self.services[name]
+
+    async def exec(self, compose_service: str, *command: str) -> str:
+        """``docker compose exec <service> jetcrawl <command>``: its standard output."""
+        proc = await asyncio.create_subprocess_exec(
+            *JETCRAWL,
+            *command,
+            env={**os.environ, **self.environment(compose_service)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(30):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        return out.decode()
+
+    async def healthy(self, name: str) -> bool:
+        """The image's HEALTHCHECK command, run with the service's metrics port."""
+        _, command = DOCKERFILE.healthcheck()
+        assert command[0] == "python"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *command[1:],
+            env={**os.environ, "JETCRAWL_METRICS_PORT": str(self.metrics_ports[name])},
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        return await proc.wait() == 0
+
+    async def stop(self, grace_s: float) -> dict[str, int]:
+        """``docker compose stop``: SIGTERM, SIGKILL after the grace period; the exit codes."""
+        running = [s for s in self.services.values() if s.proc.returncode is None]
+        for service in running:
+            service.signal(signal.SIGTERM)
+        for service in running:
+            try:
+                await service.wait(grace_s)
+            except TimeoutError:
+                service.signal(signal.SIGKILL)
+                await service.proc.wait()
+        return {name: s.proc.returncode or 0 for name, s in self.services.items()}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[OtlpReceiver]:
+    async with OtlpReceiver() as started:
+        yield started
+
+
+def assert_no_violations(server: NatsServer) -> None:
+    lines = server.log_path.read_text().splitlines()
+    violations = [line for line in lines if "Violation" in line]
+    assert not violations, "a service was refused what nats/accounts.conf does not grant:\n" + (
+        "\n".join(violations)
+    )
+
+
+def traced_across_services(spans: Sequence[ReceivedSpan]) -> bool:
+    """Some trace has spans of both the dispatcher and a worker: a crawl followed across hops."""
+    services_by_trace: dict[str, set[str]] = {}
+    for span in spans:
+        services_by_trace.setdefault(span.trace_id, set()).add(span.service)
+    return any({"jetcrawl-dispatcher", "jetcrawl-worker"} <= s for s in services_by_trace.values())
+
+
+async def test_the_compose_services_crawl_as_local_processes(
+    tmp_path: Path,
+    passwords: dict[str, str],
+    etcd_server: EtcdServer,
+    site: MultiHostSite,
+    receiver: OtlpReceiver,
+) -> None:
+    [monitor_port] = free_ports(1)
+    async with compose_nats(tmp_path / "nats", monitor_port) as server:
+        # compose's health check of nats, against this server's monitoring port
+        check = urlsplit(SERVICES["nats"]["healthcheck"]["test"][-1])
+        check = check._replace(netloc=f"127.0.0.1:{monitor_port}")
+        response = await asyncio.to_thread(urllib.request.urlopen, check.geturl(), timeout=5)
+        assert response.status == 200
+
+        hosts = {
+            "nats:4222": host_port(server.url),
+            "etcd:2379": host_port(etcd_server.url),
+            "jaeger:4318": host_port(receiver.endpoint),
+        }
+        mesh = ComposeMesh(tmp_path, hosts, passwords)
+        settings = Settings.from_env(settings_variables(mesh.environment("worker")))
+        admin = await connect_as(server, "admin")
+        js = admin.jetstream()
+
+        async def results_at_least(n: int) -> bool:
+            assert_no_violations(server)  # a refused call stalls the crawl: say which, at once
+            return (await js.stream_info(RESULTS_STREAM)).state.messages >= n
+
+        async def three_balanced_owners() -> bool:
+            owners = Counter((await read_ownership(settings)).values())
+            return (
+                sum(owners.values()) == settings.shards
+                and len(owners) == 3
+                and max(owners.values()) - min(owners.values()) <= 1
+            )
+
+        try:
+            topology = await mesh.run("topology", "topology")
+            assert await topology.wait(30) == 0, topology.log()
+            await mesh.run("dispatcher", "dispatcher")
+            await mesh.run("worker", "worker-1")
+            for name in ("dispatcher", "worker-1"):
+
+                async def healthy(name: str = name) -> bool:
+                    return await mesh.healthy(name)
+
+                await eventually(healthy, within_s=30)
+
+            seeder = await connect_as(server, "seeder")  # as `nats pub crawl.seeds` does
+            await seeder.publish(SEEDS, json.dumps({"url": site.seeds[0], "scope": "any"}).encode())
+            await seeder.flush()
+            await seeder.close()
+
+            await eventually(lambda: results_at_least(5), within_s=30)
+            await mesh.run("worker", "worker-2")
+            await mesh.run("worker", "worker-3")
+            await eventually(three_balanced_owners, within_s=30)
+            await eventually(lambda: results_at_least(len(site.reachable)), within_s=60)
+            results = [Result.from_wire(m.data) for m in await stored(js, RESULTS_STREAM)]
+            assert sorted(r.url for r in results) == sorted(site.reachable)
+
+            try:
+                await receiver.wait_for(traced_across_services, within_s=30)
+            except TimeoutError:
+                seen = Counter((s.service, s.name) for s in receiver.spans)
+                pytest.fail(f"no trace across the dispatcher and a worker; spans: {seen}")
+
+            # The README's `docker compose exec dispatcher jetcrawl status`: its rights suffice.
+            status = json.loads(
+                await mesh.exec("dispatcher", "status", "--interval", "0", "--json")
+            )
+            assert len(status["workers"]) == 3
+            assert status["results"] == len(site.reachable)
+        finally:
+            codes = await mesh.stop(seconds(SERVICES["worker"]["stop_grace_period"]))
+            await admin.close()
+        assert codes == dict.fromkeys(mesh.services, 0), "every service stops cleanly on SIGTERM"
+
+    assert_no_violations(server)
+
+
+# ---------------------------------------------------------------- the cluster config
+
+
+@pytest.fixture
+def cluster_nodes(tmp_path: Path, passwords: dict[str, str]) -> Iterator[list[NatsServer]]:
+    ports = free_ports(3)
+    routes = ",".join(f"nats-route://127.0.0.1:{port}" for port in ports)
+    yield [
+        NatsServer(
+            tmp_path / f"n{index}",
+            server_name=f"n{index}",
+            config=NATS_CONFIG_DIR / "cluster.conf",
+            args=["--cluster", f"nats://127.0.0.1:{port}", "--routes", routes, "-m", "-1"],
+        )
+        for index, port in enumerate(ports, start=1)
+    ]
+
+
+async def test_the_cluster_config_makes_three_nodes_serving_the_same_users_with_r3_streams(
+    cluster_nodes: list[NatsServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NATS_SERVER_NAME", "unused")  # the flag names each node
+    try:
+        await asyncio.gather(*(node.start() for node in cluster_nodes))
+        await asyncio.gather(*(node.wait_for_meta_leader() for node in cluster_nodes))
+        settings = Settings(nats_url=cluster_nodes[0].url, shards=4, replicas=3)
+
+        async def placed() -> bool:
+            try:
+                await apply_topology(cluster_nodes[0], settings)
+            except TopologyError:
+                return False  # no peers to place R3 on yet: nothing logs when they are
+            return True
+
+        await eventually(placed, within_s=20)
+        seeder = await connect_as(cluster_nodes[1], "seeder")
+        await seeder.publish(SEEDS, b"https://example.com/")
+        await seeder.flush()
+        await seeder.close()
+        admin = await connect_as(cluster_nodes[2], "admin")
+        info = await admin.jetstream().stream_info(FRONTIER_STREAM)
+        await admin.close()
+        assert info.config.num_replicas == 3
+        assert info.state.messages == 1
+        assert info.cluster is not None and len(info.cluster.replicas or []) == 2
+    finally:
+        await asyncio.gather(*(node.stop() for node in cluster_nodes))
