@@ -169,6 +169,8 @@ async def _children(settings: Settings, workers: int, workdir: Path) -> AsyncIte
         await children.spawn([*base, "dispatcher"], env, workdir / "dispatcher.log")
         for n in range(workers):
             worker_env = {**env, "JETCRAWL_WORKER_ID": f"local-{n + 1}"}
+            if settings.metrics_port:  # an endpoint each: the dispatcher's port, then the next
+                worker_env["JETCRAWL_METRICS_PORT"] = str(settings.metrics_port + n + 1)
             await children.spawn([*base, "worker"], worker_env, workdir / f"worker-{n + 1}.log")
         yield children
     finally:

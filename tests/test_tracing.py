@@ -7,6 +7,7 @@ result and links — and check where the trace is cut (``trace_continue_depth``,
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -14,12 +15,23 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from dispatcher import Dispatcher
 from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.messages import Result
+from jetcrawl.messages import Discovered, Lineage, Result, Task
+from jetcrawl.settings import Settings
+from jetcrawl.topology import DISCOVERED, SEEDS, TASKS_STREAM
+from jetcrawl.urls import fingerprint
+from otel import Tracing, remote_span_context
 from tests.mesh import Mesh
 from tests.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
 from tests.site import MultiHostSite
+from tests.streams import stored
 
 DISPATCHER = "jetcrawl-dispatcher"
 WORKER = "jetcrawl-worker"
@@ -181,3 +193,53 @@ async def test_one_seed_reads_as_one_story_across_processes(
         failed = span.attributes["http.response.status_code"] >= 400
         assert (span.status == "ERROR") is failed, "4xx and 5xx mark a client span failed"
         assert span.attributes["url.full"] in by_url
+
+
+@pytest.mark.parametrize("continue_depth", [-1, 0, 1])
+async def test_trace_continue_depth_says_which_tasks_start_a_trace_of_their_own(
+    nats_server: NatsServer, nc: NATS, js: JetStreamContext, continue_depth: int
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider.get_tracer("test"), provider)
+    settings = Settings(nats_url=nats_server.url, shards=4, trace_continue_depth=continue_depth)
+    # a worker's `publish crawl.discovered`, as its traceparent arrives in the headers
+    worker = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    lineage = Lineage("default", "any", "", 5)
+    async with Dispatcher(settings, tracing) as dispatcher, asyncio.TaskGroup() as tg:
+        tg.create_task(dispatcher.run())
+        await js.publish(SEEDS, b"https://a.example/")
+        seed_url = "https://a.example/"
+        links = Discovered(seed_url, fingerprint(seed_url), 1, lineage, (f"{seed_url}x",))
+        await js.publish(DISCOVERED, links.to_wire(), headers=worker)
+        async with asyncio.timeout(20):
+            await dispatcher.wait_until(lambda s: s.messages == 2)
+        dispatcher.stop()
+    provider.shutdown()
+
+    spans = exporter.get_finished_spans()
+    [seeds] = [s for s in spans if s.name == "process crawl.seeds"]
+    [found] = [s for s in spans if s.name == "process crawl.discovered"]
+    assert seeds.parent is None, "nats pub: a new trace"
+    assert found.parent is not None and found.parent.span_id == int("b7ad6b7169203331", 16)
+    assert found.context.trace_id == int("0af7651916cd43dd8448eb211c80319c", 16)
+    publishes = {
+        s.attributes["jetcrawl.depth"]: s  # type: ignore[index]
+        for s in spans
+        if s.name.startswith("publish crawl.tasks.")
+    }
+    for depth, process in ((0, seeds), (1, found)):
+        publish = publishes[depth]
+        if depth <= continue_depth:
+            assert publish.parent is not None and publish.parent.span_id == process.context.span_id
+            assert publish.context.trace_id == process.context.trace_id
+            assert not publish.links
+        else:
+            assert publish.parent is None and publish.context.trace_id != process.context.trace_id
+            [link] = publish.links
+            assert link.context.span_id == process.context.span_id
+    for m in await stored(js, TASKS_STREAM):
+        task = Task.from_wire(m.data)
+        carried = remote_span_context(m.headers)
+        assert carried is not None and carried.span_id == publishes[task.depth].context.span_id
