@@ -23,7 +23,8 @@ RUN pip wheel --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE}
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --disable-pip-version-check --no-index --find-links=/wheels jetcrawl \
-    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin jetcrawl
+    && groupadd --system --gid 10001 jetcrawl \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin jetcrawl
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 
 USER 10001:10001
