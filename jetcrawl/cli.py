@@ -43,7 +43,23 @@ def _connection_flags(p: argparse.ArgumentParser, etcd: bool = False) -> None:
     if etcd:
         p.add_argument("--etcd", dest="etcd_url", help="etcd endpoint, http://host:port")
         p.add_argument("--cluster", help="name of this crawl cluster in etcd")
-    p.add_argument("--shards", type=int, help="shard count (fixed when the topology is created)")
+    p.add_argument(
+        "--shards", type=positive, help="shard count (fixed when the topology is created)"
+    )
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run a worker")
     _connection_flags(p, etcd=True)
     p.add_argument("--id", dest="worker_id", help="worker id (default: host-pid-random)")
-    p.add_argument("--concurrency", type=int, help="tasks in flight at most")
+    p.add_argument("--concurrency", type=positive, help="tasks in flight at most")
     _crawl_limits(p)
     _metrics_flag(p)
 
@@ -100,10 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("crawl", help="crawl on one machine and write the results")
     p.add_argument("seeds", nargs="+", metavar="SEED", help="start URL(s)")
     _connection_flags(p, etcd=True)
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    p.add_argument("--concurrency", type=int, help="tasks in flight per worker")
-    p.add_argument("--max-pages", dest="max_pages", type=int, help="stop admitting URLs after N")
-    p.add_argument("--max-depth", dest="max_depth", type=int, help="link depth from the seeds")
+    p.add_argument("--workers", type=positive, default=2, help="worker processes (default 2)")
+    p.add_argument("--concurrency", type=positive, help="tasks in flight per worker")
+    p.add_argument("--max-pages", dest="max_pages", type=positive, help="admit at most N URLs")
+    p.add_argument(
+        "--max-depth", dest="max_depth", type=non_negative, help="link depth from the seeds"
+    )
     p.add_argument("--scope", choices=["host", "domain", "any"], help="default: host")
     p.add_argument("--job", help="job name for the seeds (default: default)")
     p.add_argument("--output", type=Path, help="write one JSON line per result here")
@@ -306,7 +324,7 @@ def default_worker_id() -> str:
 
 
 async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
-    from jetcrawl.crawl import CrawlRequest, crawl
+    from jetcrawl.crawl import CrawlRequest, Interrupt, Interrupted, crawl
     from jetcrawl.export import format_for
 
     request = CrawlRequest(
@@ -318,17 +336,19 @@ async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
         scope=args.scope,
         job=args.job,
     )
-    task = asyncio.current_task()
-    assert task is not None
-    _on_signals(task.cancel)
+    interrupt = Interrupt()
+    _on_signals(interrupt)
     try:
-        summary = await crawl(settings, request)
-    except asyncio.CancelledError:
+        summary = await crawl(settings, request, interrupt)
+    except Interrupted:
         print("jetcrawl: interrupted; every service was stopped", file=sys.stderr)
         return 130
     print(summary.line())
     if args.output:
         print(f"results written to {args.output}")
+    if summary.results == 0 and summary.dead_letters:
+        print("jetcrawl: no seed was accepted (see the dead letters above)", file=sys.stderr)
+        return 2
     return 0
 
 

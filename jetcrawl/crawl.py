@@ -27,20 +27,24 @@ import orjson
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from jetcrawl.bodies import BodyNotFound, BodyStore
 from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.errors import JetcrawlError
+from jetcrawl.embedded import EtcdServer, NatsServer, parent_death_hook
+from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import Sink, open_sink
-from jetcrawl.messages import Result
+from jetcrawl.messages import DeadLetter, Result
 from jetcrawl.settings import Settings
-from jetcrawl.topology import RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
 
 log = logging.getLogger(__name__)
+_DIE_WITH_US = parent_death_hook()
 
 SNAPSHOT_EVERY_S = 0.5
+WORKERS_READY_TIMEOUT_S = 30.0
+DEAD_REASONS_READ_MAX = 10_000
 COLLECT_BATCH = 512
 COLLECT_WAIT_S = 0.25
 PROGRESS_LOG_EVERY_S = 5.0
@@ -49,6 +53,25 @@ CHILD_STOP_TIMEOUT_S = 30.0
 
 class CrawlFailed(JetcrawlError):
     """A service of the local crawl died or could not start."""
+
+
+class Interrupted(JetcrawlError):
+    """The user stopped the crawl (Ctrl-C); every service was stopped."""
+
+
+class Interrupt:
+    """Ctrl-C for a local crawl: the first asks for a clean stop, a second one hurries it.
+
+    Signals set events that the crawl's loops check; nothing is cancelled, because on Python
+    3.11 ``asyncio.wait_for`` (under nats-py's fetch and requests) can swallow a cancellation.
+    """
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.hurry = asyncio.Event()
+
+    def __call__(self) -> None:
+        (self.hurry if self.requested.is_set() else self.requested).set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +92,29 @@ class Summary:
     by_outcome: dict[str, int] = field(default_factory=dict)
     by_status_class: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
+    dead_reasons: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count
     seconds: float = 0.0
 
     def line(self) -> str:
         rate = self.results / self.seconds if self.seconds else 0.0
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.by_outcome.items()))
-        statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.by_status_class.items()))
-        return (
-            f"crawled {self.results} URLs in {self.seconds:.1f} s ({rate:.1f}/s); "
-            f"{outcomes}; status {statuses or '-'}; dead letters {self.dead_letters}; "
-            f"duplicate results {self.duplicates}"
-        )
+        parts = [f"crawled {self.results} URLs in {self.seconds:.1f} s ({rate:.1f}/s)"]
+        if self.by_outcome:
+            parts.append(", ".join(f"{k} {v}" for k, v in sorted(self.by_outcome.items())))
+        if self.by_status_class:
+            statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.by_status_class.items()))
+            parts.append(f"status {statuses}")
+        dead = sum(self.dead_reasons.values()) or self.dead_letters
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_reasons.items()))
+        parts.append(f"dead letters {dead}" + (f" ({reasons})" if reasons else ""))
+        parts.append(f"duplicate results {self.duplicates}")
+        return "; ".join(parts)
 
 
-async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
+async def crawl(
+    settings: Settings, request: CrawlRequest, interrupt: Interrupt | None = None
+) -> Summary:
+    """Run the crawl to the end; raises :class:`Interrupted` or :class:`CrawlFailed`."""
+    interrupt = interrupt or Interrupt()
     started = time.monotonic()
     if request.format == "warc":
         settings = settings.replace(store_bodies=True)  # WARC responses carry the bodies
@@ -94,10 +126,15 @@ async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
         js = nc.jetstream()
         await ensure(js, settings)
         first_result = (await js.stream_info(RESULTS_STREAM)).state.last_seq + 1
+        first_dead = (await js.stream_info(DEAD_STREAM)).state.last_seq + 1
+
+        children = await stack.enter_async_context(
+            _children(settings, request.workers, workdir, interrupt.hurry)
+        )
+        # Seeds go out once every worker holds its shards: no handover churn at the start.
+        await _wait_for_workers(settings, request.workers, children, interrupt)
         for seed in request.seeds:
             await js.publish(SEEDS, _seed_body(seed, request))
-
-        children = await stack.enter_async_context(_children(settings, request.workers, workdir))
         output = stack.enter_context(_open_output(request.output))
         sink = None
         if output is not None:
@@ -106,15 +143,25 @@ async def crawl(settings: Settings, request: CrawlRequest) -> Summary:
         collector = ResultCollector(js, first_result, sink, await BodyStore.open(js))
         await collector.open()
         stack.push_async_callback(collector.close)
+        failure: JetcrawlError | None = None
         async with asyncio.TaskGroup() as tg:
-            following = tg.create_task(collector.follow())
-            await _wait_drained(js, settings, children, collector.summary, started)
-            following.cancel()
-        await collector.read_to_end()  # drained: the stream holds every result now
+            tg.create_task(collector.follow())
+            try:
+                await _wait_drained(js, settings, children, collector.summary, started, interrupt)
+            except (CrawlFailed, Interrupted) as e:
+                failure = e
+            finally:
+                collector.stop()
+        if failure is None:
+            await collector.read_to_end()  # drained: the stream holds every result now
         if sink is not None:
             sink.close()
-        collector.summary.seconds = time.monotonic() - started
-        return collector.summary
+        if failure is not None:
+            raise failure
+        summary = collector.summary
+        summary.dead_reasons = await _dead_reasons(js, first_dead)
+        summary.seconds = time.monotonic() - started
+        return summary
 
 
 def _seed_body(seed: str, request: CrawlRequest) -> bytes:
@@ -126,6 +173,51 @@ def _seed_body(seed: str, request: CrawlRequest) -> bytes:
     if request.job is not None:
         obj["job"] = request.job
     return orjson.dumps(obj)
+
+
+async def _wait_for_workers(
+    settings: Settings, workers: int, children: Children, interrupt: Interrupt
+) -> None:
+    """Until the workers own every shard between them, balanced (bounded: then go anyway)."""
+    from registry import read_ownership
+
+    deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if interrupt.requested.is_set():
+            raise Interrupted("interrupted before the crawl started")
+        children.check()
+        owners = list((await read_ownership(settings)).values())
+        counts = [owners.count(owner) for owner in set(owners)]
+        balanced = bool(counts) and max(counts) - min(counts) <= 1
+        if len(owners) == settings.shards and len(counts) >= workers and balanced:
+            return
+        await _wait(interrupt.requested, SNAPSHOT_EVERY_S)
+    log.warning(
+        "workers did not share the shards within %.0f s; seeding anyway", WORKERS_READY_TIMEOUT_S
+    )
+
+
+async def _dead_reasons(js: JetStreamContext, first: int) -> dict[str, int]:
+    """How many dead letters this crawl made, by stage and reason."""
+    reasons: dict[str, int] = {}
+    info = await js.stream_info(DEAD_STREAM)
+    for seq in range(max(first, info.state.first_seq), info.state.last_seq + 1):
+        if seq - first >= DEAD_REASONS_READ_MAX:
+            reasons["(more not read)"] = info.state.last_seq - seq + 1
+            break
+        try:
+            letter = DeadLetter.from_wire((await js.get_msg(DEAD_STREAM, seq)).data or b"")
+        except (NotFoundError, MessageError):
+            continue
+        key = f"{letter.stage}/{letter.reason}"
+        reasons[key] = reasons.get(key, 0) + 1
+    return reasons
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` unless ``event`` is set first."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
 
 
 async def _servers(stack: AsyncExitStack, settings: Settings, workdir: Path) -> Settings:
@@ -160,7 +252,9 @@ class Children:
 
 
 @asynccontextmanager
-async def _children(settings: Settings, workers: int, workdir: Path) -> AsyncIterator[Children]:
+async def _children(
+    settings: Settings, workers: int, workdir: Path, hurry: asyncio.Event
+) -> AsyncIterator[Children]:
     env = {**os.environ, **settings.to_env()}
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
     base = [sys.executable, "-m", "jetcrawl", "--log-level", str(level)]
@@ -174,7 +268,7 @@ async def _children(settings: Settings, workers: int, workdir: Path) -> AsyncIte
             await children.spawn([*base, "worker"], worker_env, workdir / f"worker-{n + 1}.log")
         yield children
     finally:
-        await _stop_all(children.procs)
+        await _stop_all(children.procs, hurry)
 
 
 async def _spawn(
@@ -183,7 +277,11 @@ async def _spawn(
     log_file = _create(log_path)
     try:
         return await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=log_file, stderr=asyncio.subprocess.STDOUT
+            *command,
+            env=env,
+            stdout=log_file,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=_DIE_WITH_US,  # a `kill -9` of this command takes its services along
         )
     finally:
         log_file.close()  # the child holds its own descriptor
@@ -200,20 +298,33 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-async def _stop_all(procs: Sequence[asyncio.subprocess.Process]) -> None:
+async def _stop_all(procs: Sequence[asyncio.subprocess.Process], hurry: asyncio.Event) -> None:
+    """SIGTERM every service and wait; SIGKILL what is left after the timeout or on ``hurry``."""
     for proc in procs:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-    waits = [asyncio.wait_for(proc.wait(), CHILD_STOP_TIMEOUT_S) for proc in procs]
-    for proc, outcome in zip(
-        procs, await asyncio.gather(*waits, return_exceptions=True), strict=True
-    ):
-        if isinstance(outcome, TimeoutError):
+    loop = asyncio.get_running_loop()
+    exits = [asyncio.ensure_future(proc.wait()) for proc in procs]
+    hurried = asyncio.ensure_future(hurry.wait())
+    deadline = loop.time() + CHILD_STOP_TIMEOUT_S
+    try:
+        while (running := [e for e in exits if not e.done()]) and not hurried.done():
+            if loop.time() >= deadline:
+                break
+            await asyncio.wait(
+                [*running, hurried],
+                timeout=deadline - loop.time(),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+    finally:
+        hurried.cancel()
+    for proc in procs:
+        if proc.returncode is None:
             log.warning("pid %d did not stop in time; killing it", proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+    await asyncio.gather(*exits)
 
 
 @contextlib.contextmanager
@@ -238,6 +349,7 @@ class ResultCollector:
         self._sub: JetStreamContext.PullSubscription | None = None
         self._last_seq = first - 1
         self._seen: set[str] = set()
+        self._stopping = False
         self.summary = Summary()
 
     async def open(self) -> None:
@@ -260,9 +372,12 @@ class ResultCollector:
                 await self._sub.unsubscribe()
 
     async def follow(self) -> None:
-        """Keep reading as results arrive, until cancelled."""
-        while True:
+        """Keep reading as results arrive, until ``stop()``."""
+        while not self._stopping:
             await self._read_batch()
+
+    def stop(self) -> None:
+        self._stopping = True
 
     async def read_to_end(self) -> None:
         """Read up to the stream's last record (call once the crawl is drained)."""
@@ -304,20 +419,31 @@ class ResultCollector:
 
 
 async def _wait_drained(
-    js: JetStreamContext, settings: Settings, children: Children, summary: Summary, started: float
+    js: JetStreamContext,
+    settings: Settings,
+    children: Children,
+    summary: Summary,
+    started: float,
+    interrupt: Interrupt,
 ) -> None:
     progress = Progress(sys.stderr)
     previous: Snapshot | None = None
-    while True:
-        children.check()
-        current = await snapshot(js, settings.shards)
-        summary.dead_letters = current.dead
-        progress.show(current, summary, time.monotonic() - started)
-        if current.settled_after(previous):
-            progress.done()
-            return
-        previous = current
-        await asyncio.sleep(SNAPSHOT_EVERY_S)
+    try:
+        while True:
+            # Checked before the services: on Ctrl-C a terminal signals them too, and their
+            # exit is then no failure.
+            if interrupt.requested.is_set():
+                raise Interrupted("interrupted")
+            children.check()
+            current = await snapshot(js, settings.shards)
+            summary.dead_letters = current.dead
+            progress.show(current, summary, time.monotonic() - started)
+            if current.settled_after(previous):
+                return
+            previous = current
+            await _wait(interrupt.requested, SNAPSHOT_EVERY_S)
+    finally:
+        progress.done()
 
 
 class Progress:

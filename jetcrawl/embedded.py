@@ -149,7 +149,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _parent_death_hook() -> Callable[[], None] | None:
+def parent_death_hook() -> Callable[[], None] | None:
     """On Linux, a pre-exec hook that has the kernel SIGKILL the child when we die (even -9).
 
     The libc function is resolved here, before the fork, so the child only makes one call.
@@ -170,7 +170,7 @@ def _parent_death_hook() -> Callable[[], None] | None:
     return die_with_parent
 
 
-_DIE_WITH_PARENT = _parent_death_hook()
+_DIE_WITH_PARENT = parent_death_hook()
 
 
 # --- the shared life cycle ---------------------------------------------------------------------

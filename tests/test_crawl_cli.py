@@ -481,12 +481,6 @@ async def test_ctrl_c_stops_every_service(tmp_path: Path, target: str) -> None:
         assert finished.leftovers == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a second SIGINT cancels _stop_all in jetcrawl/crawl.py: the command exits while "
-    "its workers still drain",
-)
 async def test_second_ctrl_c_during_shutdown_leaves_no_service_behind(tmp_path: Path) -> None:
     # Fetches that never answer keep a worker draining for JETCRAWL_DRAIN_DEADLINE_S after the
     # first Ctrl-C; the second one comes while the command waits for it.
@@ -509,12 +503,6 @@ async def test_second_ctrl_c_during_shutdown_leaves_no_service_behind(tmp_path: 
         assert [p for p in services if p.alive()] == []  # all stopped before the command ends
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="dispatcher and workers are spawned without PR_SET_PDEATHSIG (jetcrawl/crawl.py "
-    "_spawn), so they outlive a killed command, reconnecting forever",
-)
 async def test_killed_command_leaves_no_service_behind(tmp_path: Path) -> None:
     async with (
         EndlessSite() as site,
@@ -540,11 +528,7 @@ async def test_a_service_that_dies_fails_the_crawl(tmp_path: Path, site: MultiHo
     assert re.search(r"worker-\d exited early with code 137", finished.stderr), finished.explain()
     assert "crawled" not in finished.stdout
     assert finished.leftovers == []
-    if "Traceback" in finished.stderr:
-        pytest.xfail(
-            "CrawlFailed is raised inside the TaskGroup of jetcrawl/crawl.py crawl(), so it "
-            "reaches cli.main wrapped in an ExceptionGroup: a traceback and exit 1"
-        )
+    assert "Traceback" not in finished.stderr, finished.explain()
     assert finished.returncode == 2, finished.explain()  # like every other JetcrawlError
 
 
@@ -562,4 +546,22 @@ async def test_missing_seed_is_a_usage_error(tmp_path: Path) -> None:
     assert finished.returncode == 2
     assert finished.stderr.startswith("usage: jetcrawl crawl"), finished.explain()
     assert "SEED" in finished.stderr
+    assert finished.leftovers == []
+
+
+@pytest.mark.parametrize(
+    "flags", [("--workers", "0"), ("--max-pages", "0"), ("--max-depth", "-1")], ids=str
+)
+async def test_nonsense_limits_are_usage_errors(tmp_path: Path, flags: tuple[str, str]) -> None:
+    finished = await crawl(tmp_path, "http://127.0.0.1:9/", *flags)
+    assert finished.returncode == 2, finished.explain()
+    assert flags[0] in finished.stderr and "usage:" in finished.stderr
+    assert finished.leftovers == []
+
+
+async def test_a_crawl_whose_every_seed_is_rejected_fails_and_says_why(tmp_path: Path) -> None:
+    finished = await crawl(tmp_path, "javascript:alert(1)", "--workers", "1")
+    assert finished.returncode == 2, finished.explain()
+    assert "seeds/unsupported_scheme 1" in finished.stdout
+    assert "no seed was accepted" in finished.stderr
     assert finished.leftovers == []
