@@ -27,7 +27,8 @@ Worker (``WorkerMetrics``)::
     jetcrawl_task_retries_total          tasks handed back with nak(delay)
     jetcrawl_politeness_wait_seconds     histogram: how long a task waited for its host's turn
     jetcrawl_owned_shards                shards this worker pulls now
-    jetcrawl_tasks_in_flight             tasks being crawled now
+    jetcrawl_tasks_in_flight             tasks pulled and not yet acked (waiting, fetching, storing)
+    jetcrawl_fetches_in_flight           HTTP fetches running now (at most concurrency)
     jetcrawl_links_published_total       links sent back to the frontier
 """
 
@@ -93,6 +94,8 @@ class WorkerView(Protocol):
     def shards(self) -> frozenset[int]: ...
     @property
     def in_flight(self) -> int: ...
+    @property
+    def held(self) -> int: ...
 
 
 def status_class(status: int | None) -> str:
@@ -215,7 +218,12 @@ class WorkerMetrics(ServiceMetrics):
             "jetcrawl_owned_shards", "Shards this worker pulls.", registry=self.registry
         ).set_function(lambda: len(worker.shards))
         Gauge(
-            "jetcrawl_tasks_in_flight", "Tasks being crawled.", registry=self.registry
+            "jetcrawl_tasks_in_flight",
+            "Tasks pulled and not yet acked: waiting for their host, fetching or being stored.",
+            registry=self.registry,
+        ).set_function(lambda: worker.held)
+        Gauge(
+            "jetcrawl_fetches_in_flight", "HTTP fetches running.", registry=self.registry
         ).set_function(lambda: worker.in_flight)
 
 

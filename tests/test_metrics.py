@@ -66,14 +66,14 @@ async def test_metrics_and_health_follow_the_crawl(
         during = {name: await scrape(ports[name]) for name in WORKERS}
         stored_after = await mesh.result_count()
         pages = sum(s.total("jetcrawl_pages_total") for s in during.values())
-        in_flight = sum(s.get("jetcrawl_tasks_in_flight") for s in during.values())
+        held_max = mesh.settings.concurrency + mesh.settings.waiting_max  # tasks a worker holds
         assert pages <= stored_after
-        assert pages >= stored_before - mesh.settings.concurrency * len(WORKERS)
+        assert pages >= stored_before - held_max * len(WORKERS)
         for name, samples in during.items():
             owned = sum(1 for owner in ownership.values() if owner == name)
             assert samples.get("jetcrawl_owned_shards") == owned
-            assert 0 <= samples.get("jetcrawl_tasks_in_flight") <= mesh.settings.concurrency
-        assert in_flight >= 0
+            assert 0 <= samples.get("jetcrawl_tasks_in_flight") <= held_max
+            assert 0 <= samples.get("jetcrawl_fetches_in_flight") <= mesh.settings.concurrency
 
         # After the drain: every number matches the crawl's records.
         snapshot = await mesh.wait_drained()
@@ -103,6 +103,7 @@ async def test_metrics_and_health_follow_the_crawl(
         assert samples.get("jetcrawl_task_retries_total") == 0
         assert samples.get("jetcrawl_dead_letters_total") == 0
         assert samples.get("jetcrawl_tasks_in_flight") == 0
+        assert samples.get("jetcrawl_fetches_in_flight") == 0
         assert samples.get(
             "jetcrawl_build_info", service="jetcrawl-worker", version="0.1.0", instance=name
         )

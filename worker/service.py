@@ -143,7 +143,13 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
+        """Fetches running now (at most ``concurrency``)."""
         return self._capacity.in_flight
+
+    @property
+    def held(self) -> int:
+        """Tasks pulled and not yet acked: waiting for their host, fetching, or being stored."""
+        return self._holding.in_flight
 
     # ------------------------------------------------------------------ ShardOwner
 
