@@ -101,3 +101,20 @@ async def test_status_matches_etcd_and_jetstream_during_and_after_a_crawl(
         code, table = await status(mesh, "--interval", "0")
         assert code == 0, table
         assert "workers (1)" in table and "w1" in table and f"{SHARDS} shards" in table
+
+        # --watch: a reading per interval (rates between consecutive ones) until interrupted
+        watch = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "jetcrawl", "status", "--watch", "0.2", "--json"),
+            env={**os.environ, **mesh.settings.to_env()},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert watch.stdout is not None
+        async with asyncio.timeout(30):
+            readings = [orjson.loads(await watch.stdout.readline()) for _ in range(2)]
+            watch.send_signal(signal.SIGINT)
+            assert await watch.wait() == 0
+        for reading in readings:
+            assert [w["id"] for w in reading["workers"]] == ["w1"]
+            assert 0.2 <= reading["rates"]["interval_s"] < 5
+        assert readings[0]["time"] < readings[1]["time"]
