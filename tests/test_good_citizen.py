@@ -205,6 +205,30 @@ async def test_a_slow_host_does_not_hold_up_fast_hosts_in_its_shard(
     assert {r.attempt for r in crawled.values()} == {1}, "hand-backs are not attempts"
 
 
+async def test_a_revoked_shard_hands_its_waiting_tasks_back_at_the_drain_deadline(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server, shards=1, ack_wait_s=10.0, drain_deadline_s=0.5)
+    async with (
+        site_of("127.0.0.2", 3, robots="User-agent: *\nCrawl-delay: 5\n") as slow,
+        crawling(settings) as worker,
+    ):
+        await seed(js, [slow.url("/")])
+
+        async def waiting() -> bool:
+            return worker.politeness.waiting == 3
+
+        await eventually(waiting)
+        await worker.on_revoke(0)  # they would wait 5 s and more: cancelled at 0.5 s
+        next_owner = await js.pull_subscribe_bind(shard_consumer(0), stream=TASKS_STREAM)
+        taken = await next_owner.fetch(3, timeout=3)  # at once, not after AckWait (10 s)
+        assert sorted(Task.from_wire(m.data).url for m in taken) == [
+            slow.url(f"/p{n}") for n in range(3)
+        ]
+        assert {m.metadata.num_delivered for m in taken} == {2}
+        assert slow.paths() == ["/"]
+
+
 async def _has_result(js: JetStreamContext, url: str) -> bool:
     return any(r == url for r in await results(js))
 

@@ -12,6 +12,7 @@ keeps the task for ``jetcrawl dlq replay``. A failure not worth retrying is just
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -20,6 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 from jetcrawl.dlq import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
@@ -121,14 +123,20 @@ class TaskProcessor:
             await self._finish(msg, task, result, None)
             return
 
-        turn = await self._telemetry.politeness_wait(
-            self._politeness.turn(
-                host_of(task.url),
-                verdict.crawl_delay_s,
-                deferrable=deferrals < self._settings.max_deferrals,
-                unless=abandoned,
+        try:
+            turn = await self._telemetry.politeness_wait(
+                self._politeness.turn(
+                    host_of(task.url),
+                    verdict.crawl_delay_s,
+                    deferrable=deferrals < self._settings.max_deferrals,
+                    unless=abandoned,
+                )
             )
-        )
+        except asyncio.CancelledError:
+            # A drain deadline passed while it waited: hand it back now, not after AckWait.
+            with contextlib.suppress(NatsError):
+                await msg.nak()
+            raise
         if turn is None:
             await msg.nak()  # lease lost: the next owner takes it at once
             return
