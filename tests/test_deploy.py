@@ -371,6 +371,9 @@ def test_nats_configs_are_valid_and_refuse_to_start_without_passwords(
     monkeypatch.setenv("NATS_SERVER_NAME", "n1")
     for config in ("nats-server.conf", "cluster.conf"):
         assert check(config).returncode == 0, check(config).stderr
+    for variable, default in compose_environment("nats", {}).items():
+        monkeypatch.setenv(variable, default)  # nats-server reads a variable as a config token
+    assert check("nats-server.conf").returncode == 0, "compose's defaults are valid passwords"
     monkeypatch.delenv("NATS_WORKER_PASSWORD")
     refused = check("nats-server.conf")
     assert refused.returncode != 0 and "NATS_WORKER_PASSWORD" in refused.stderr
