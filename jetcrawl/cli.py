@@ -199,7 +199,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from jetcrawl.topology import as_cli_json
 
     if args.apply:
-        return int(run_async(lambda: apply_topology(settings_from(args, create_topology=True))))
+        return int(run_async(lambda: apply_topology(settings_from(args))))
     doc = as_cli_json(settings_from(args))
     if args.write is None:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -219,9 +219,11 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 async def apply_topology(settings: Settings) -> int:
+    """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
     from jetcrawl.bus import connect
     from jetcrawl.topology import Topology, ensure
 
+    settings = settings.replace(create_topology=True)
     nc = await connect(settings, "jetcrawl-topology")
     try:
         await ensure(nc.jetstream(), settings)

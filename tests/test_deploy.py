@@ -44,11 +44,12 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from opentelemetry.sdk import environment_variables as otel_variables
 
 from dispatcher.intake import Intake
+from jetcrawl.cli import apply_topology as cli_apply_topology
 from jetcrawl.cli import build_parser
 from jetcrawl.embedded import EtcdServer, NatsServer, etcd_binary, free_ports, nats_server_binary
 from jetcrawl.errors import TopologyError
 from jetcrawl.messages import Result
-from jetcrawl.settings import ENV_PREFIX, Settings
+from jetcrawl.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.topology import (
     FRONTIER_STREAM,
     RESULTS_STREAM,
@@ -465,11 +466,10 @@ async def refused(errors: asyncio.Queue[str], what: str) -> None:
 
 
 async def apply_topology(server: NatsServer, settings: Settings) -> None:
-    admin = await connect_as(server, "admin")
-    try:
-        await ensure(admin.jetstream(), settings.replace(create_topology=True))
-    finally:
-        await admin.close()
+    """``jetcrawl topology --apply`` as the admin user."""
+    password = Secret(os.environ["NATS_ADMIN_PASSWORD"])
+    admin = settings.replace(nats_url=server.url, nats_user="admin", nats_password=password)
+    assert await cli_apply_topology(admin) == 0
 
 
 # ---------------------------------------------------------------- running it: least privilege
