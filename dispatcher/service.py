@@ -246,11 +246,11 @@ class Dispatcher:
         for i, reading in enumerate(readings):
             for task in reading.tasks:
                 pairs.append((i, task))
-                if task.fp not in to_create and seen.cached(task.fp) is None:
-                    to_create[task.fp] = seqs[i]
-                    by_job.setdefault(task.lineage.job, []).append(task.fp)
+                if task.seen_key not in to_create and seen.cached(task.seen_key) is None:
+                    to_create[task.seen_key] = seqs[i]
+                    by_job.setdefault(task.lineage.job, []).append(task.seen_key)
                     host = host_key(task.lineage.job, host_of(task.url))
-                    by_host.setdefault(host, []).append(task.fp)
+                    by_host.setdefault(host, []).append(task.seen_key)
         if self._quota.limited:
             granted_by_job = {}
             for job, fps in by_job.items():
@@ -280,11 +280,11 @@ class Dispatcher:
 
         # On redelivery, a mark that carries this message's sequence may lack its task.
         unknown = {
-            task.fp
+            task.seen_key
             for i, task in pairs
             if msgs[i].metadata.num_delivered > 1
-            and task.fp not in created_by
-            and (seen.cached(task.fp) or UNKNOWN).revision == 0
+            and task.seen_key not in created_by
+            and (seen.cached(task.seen_key) or UNKNOWN).revision == 0
         }
         for fp in unknown:
             await seen.read(fp)
@@ -292,21 +292,21 @@ class Dispatcher:
         out: list[tuple[int, Task]] = []
         published: set[str] = set()
         for i, task in pairs:
-            mark = created_by.get(task.fp)
-            if task.fp in published:
+            mark = created_by.get(task.seen_key)
+            if task.seen_key in published:
                 self.stats.duplicates += 1
             elif mark is not None and mark.origin == seqs[i]:
                 out.append((i, self._generation(task, mark.revision)))
-                published.add(task.fp)
+                published.add(task.seen_key)
                 self.stats.admitted += 1
             elif (
                 msgs[i].metadata.num_delivered > 1
                 and mark is None
-                and (known := seen.cached(task.fp)) is not None
+                and (known := seen.cached(task.seen_key)) is not None
                 and known.origin == seqs[i]
             ):
                 out.append((i, self._generation(task, known.revision)))
-                published.add(task.fp)
+                published.add(task.seen_key)
                 self.stats.republished += 1
             else:
                 self.stats.duplicates += 1

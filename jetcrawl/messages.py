@@ -21,8 +21,10 @@ import orjson
 
 from jetcrawl.errors import MessageError
 from jetcrawl.settings import SCOPES
+from jetcrawl.urls import fingerprint
 
 WIRE_VERSION = 1
+DEFAULT_JOB = "default"
 JOB_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job"})
 
@@ -214,9 +216,20 @@ class Task:
     gen: int = 0  # the seen mark's revision: tells re-crawls of one URL apart
 
     @property
+    def seen_key(self) -> str:
+        """The URL's key in crawl_seen: its fingerprint, within its job (jobs dedupe apart).
+
+        The default job keeps the plain fingerprint, as the design says; a named job's key is
+        the fingerprint of job and URL together, so two jobs over one site both crawl it.
+        """
+        if self.lineage.job == DEFAULT_JOB:
+            return self.fp
+        return fingerprint(f"{self.lineage.job}\n{self.url}")
+
+    @property
     def crawl_id(self) -> str:
         """Identity of this crawl of this URL: the Nats-Msg-Id of what the task produces."""
-        return f"{self.fp}-{self.gen}" if self.gen else self.fp
+        return f"{self.seen_key}-{self.gen}" if self.gen else self.seen_key
 
     def to_wire(self) -> bytes:
         return orjson.dumps(

@@ -51,6 +51,8 @@ SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
 JOBS_BUCKET = "crawl_jobs"
 JOBS_STREAM = f"KV_{JOBS_BUCKET}"
+VALIDATORS_BUCKET = "crawl_validators"
+VALIDATORS_STREAM = f"KV_{VALIDATORS_BUCKET}"
 BODIES_BUCKET = "crawl_bodies"
 BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
@@ -146,6 +148,22 @@ class Topology:
                 description="KV bucket crawl_seen: URL fingerprint -> admitting frontier sequence",
                 allow_msg_ttl=True,  # a mark may expire: re-crawl (recrawl_after_s)
                 subjects=[f"{SEEN_SUBJECT_PREFIX}>"],
+                retention=RetentionPolicy.LIMITS,
+                storage=storage,
+                num_replicas=replicas,
+                allow_direct=True,
+                allow_rollup_hdrs=True,
+                deny_delete=True,
+                discard=DiscardPolicy.NEW,
+                duplicate_window=120.0,
+                max_msgs_per_subject=1,
+                max_consumers=-1,
+                max_msgs=-1,
+            ),
+            StreamConfig(
+                name=VALIDATORS_STREAM,
+                description="KV bucket crawl_validators: ETag and Last-Modified for re-crawls",
+                subjects=[f"$KV.{VALIDATORS_BUCKET}.>"],
                 retention=RetentionPolicy.LIMITS,
                 storage=storage,
                 num_replicas=replicas,

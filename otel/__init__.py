@@ -6,7 +6,7 @@ propagation.py  inject() / extract(): traceparent and tracestate in NATS message
 spans.py        span helpers by the messaging (NATS) and HTTP client semantic conventions
 """
 
-from otel.propagation import extract, inject, remote_span_context
+from otel.propagation import current_trace_id, extract, inject, remote_span_context
 from otel.setup import (
     DISPATCHER_SERVICE,
     NO_TRACING,
@@ -21,6 +21,7 @@ __all__ = [
     "NO_TRACING",
     "WORKER_SERVICE",
     "Tracing",
+    "current_trace_id",
     "extract",
     "inject",
     "remote_span_context",

@@ -50,3 +50,9 @@ def remote_span_context(headers: Mapping[str, str] | None) -> SpanContext | None
     """The span context ``headers`` carry, for a span link; None without a valid one."""
     span_context = get_current_span(extract(headers)).get_span_context()
     return span_context if span_context.is_valid else None
+
+
+def current_trace_id() -> str | None:
+    """The W3C trace id (32 hex digits) of the current span, or None outside any trace."""
+    context = get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else None

@@ -118,10 +118,10 @@ class Mesh:
 
     # ------------------------------------------------------------------ reading state
 
-    async def seed(self, urls: list[str], scope: str = "any") -> None:
+    async def seed(self, urls: list[str], scope: str = "any", job: str | None = None) -> None:
         assert self._nc is not None
-        body = orjson.dumps([{"url": url, "scope": scope} for url in urls])
-        await self.js.publish(SEEDS, body)
+        seeds = [{"url": url, "scope": scope} | ({"job": job} if job else {}) for url in urls]
+        await self.js.publish(SEEDS, orjson.dumps(seeds))
 
     async def ownership(self) -> dict[int, str]:
         return await read_ownership(self.settings)

@@ -88,9 +88,11 @@ async def test_each_seed_format_becomes_exactly_the_expected_tasks(
     assert sorted(tasks) == sorted(expected)
     for url, (subject, task, headers) in tasks.items():
         assert subject == expected_subject(url)
-        assert headers["Nats-Msg-Id"] == task.fp == fingerprint(url)
+        assert task.fp == fingerprint(url)
+        assert headers["Nats-Msg-Id"] == task.seen_key  # the fingerprint, within a named job
+        assert (task.seen_key == task.fp) == (task.lineage.job == "default")
         assert task.depth == 0 and task.parent is None
-    assert await seen_keys(js) == {fingerprint(u) for u in expected}
+    assert await seen_keys(js) == {task.seen_key for _, task, _ in tasks.values()}
     assert await stored(js, DEAD_STREAM) == []
 
 

@@ -15,6 +15,7 @@ EXPORTS = {
         "NO_TRACING",
         "WORKER_SERVICE",
         "Tracing",
+        "current_trace_id",
         "extract",
         "inject",
         "remote_span_context",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
+from jetcrawl.bodies import BodyStore, payload_digest
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 from jetcrawl.dlq import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
 from jetcrawl.errors import MessageError
@@ -30,6 +31,7 @@ from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
 from jetcrawl.urls import UrlRules, host_of, in_scope
+from otel import current_trace_id
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
 from worker.parse import Page, extract
@@ -37,6 +39,7 @@ from worker.politeness import Deferred, Politeness
 from worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
 from worker.robots import Robots
 from worker.telemetry import TaskTelemetry
+from worker.validators import Validators
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +83,12 @@ class TaskProcessor:
         robots: Robots,
         politeness: Politeness,
         telemetry: TaskTelemetry,
+        bodies: BodyStore | None = None,
+        validators: Validators | None = None,
     ) -> None:
         self._settings = settings
+        self._bodies = bodies  # kept only with store_bodies
+        self._validators = validators  # used only for re-crawls (tasks with a generation)
         self._telemetry = telemetry  # spans and metrics (worker/telemetry.py)
         self._worker_id = worker_id
         self._outbox = outbox
@@ -148,9 +155,16 @@ class TaskProcessor:
         pause_s = None
         try:
             self._fault_before_fetch(task)
+            conditional = {}
+            if task.gen and self._validators is not None:
+                conditional = await self._validators.conditional_headers(task.fp)
             response = await self._telemetry.get(
                 task.url,
-                self._fetcher.fetch(task.url, follow_redirects=self._settings.follow_redirects),
+                self._fetcher.fetch(
+                    task.url,
+                    follow_redirects=self._settings.follow_redirects,
+                    headers=conditional or None,
+                ),
             )
             if response.status in PAUSE_STATUSES:  # Retry-After pauses the whole host
                 pause_s = retry_after_s(
@@ -179,7 +193,18 @@ class TaskProcessor:
                 page = extract(fetched.body, fetched.final_url, fetched.charset, self._rules)
         self.stats.fetched += 1
         result = self._result(task, owner, started, attempt, "fetched", fetched, page)
+        if fetched.body:
+            result = await self._keep_body(task, fetched, result)
         await self._finish(msg, task, result, self._discovered(task, fetched, page))
+
+    async def _keep_body(self, task: Task, fetched: Fetched, result: Result) -> Result:
+        """The body's digest always; the body itself when kept; validators for re-crawls."""
+        if task.gen and self._validators is not None:
+            await self._validators.remember(task.fp, fetched)
+        if self._bodies is None:
+            return dataclasses.replace(result, payload_digest=payload_digest(fetched.body))
+        ref, digest = await self._bodies.put(task.fp, fetched.body)
+        return dataclasses.replace(result, payload_digest=digest, body_ref=ref)
 
     async def _failed(
         self,
@@ -292,6 +317,9 @@ class TaskProcessor:
             worker=self._worker_id,
             attempt=attempt,
             redirect_to=fetched.location if fetched else None,
+            charset=fetched.charset if fetched else None,
+            headers={k.lower(): v for k, v in fetched.headers.items()} if fetched else {},
+            trace_id=current_trace_id(),
         )
 
     def _failure(

@@ -192,7 +192,13 @@ class Fetcher:
             total=total_s, sock_connect=self._connect_timeout_s, sock_read=self._read_timeout_s
         )
 
-    async def fetch(self, url: str, *, follow_redirects: bool = True) -> Fetched:
+    async def fetch(
+        self,
+        url: str,
+        *,
+        follow_redirects: bool = True,
+        headers: Mapping[str, str] | None = None,
+    ) -> Fetched:
         """GET ``url`` (canonical); the body is read only for 2xx HTML.
 
         With ``follow_redirects=False`` a redirect is the answer: its canonical target is
@@ -201,7 +207,7 @@ class Fetcher:
         fetched_at = time.time()
         started = time.perf_counter()
         max_redirects = self._max_redirects if follow_redirects else None
-        async with self._follow(url, max_redirects) as (response, final_url, redirects):
+        async with self._follow(url, max_redirects, headers) as (response, final_url, redirects):
             location = None
             if response.status in REDIRECT_STATUSES and "Location" in response.headers:
                 location = self._redirect_target(final_url, response.headers["Location"])
@@ -253,7 +259,7 @@ class Fetcher:
 
     @asynccontextmanager
     async def _follow(
-        self, url: str, max_redirects: int | None
+        self, url: str, max_redirects: int | None, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[tuple[aiohttp.ClientResponse, str, tuple[str, ...]]]:
         """The final response of ``url``'s redirect chain, with its URL and the chain before it.
 
@@ -266,7 +272,7 @@ class Fetcher:
         redirects: list[str] = []
         current = url
         while True:
-            response = await self._send(session, current, deadline)
+            response = await self._send(session, current, deadline, headers)
             location = response.headers.get("Location")
             if max_redirects is None or response.status not in REDIRECT_STATUSES or not location:
                 break
@@ -286,7 +292,11 @@ class Fetcher:
             response.release()
 
     async def _send(
-        self, session: aiohttp.ClientSession, url: str, deadline: float
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        deadline: float,
+        headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
@@ -300,6 +310,7 @@ class Fetcher:
                     URL(url, encoded=True),
                     allow_redirects=False,
                     timeout=self._timeout(remaining_s),
+                    headers=headers,
                 )
         finally:
             _REFUSED.reset(token)

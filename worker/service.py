@@ -21,10 +21,11 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 import jetcrawl
+from jetcrawl.bodies import BodyStore
 from jetcrawl.bus import Outbox, connect
 from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.settings import Settings
-from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer
+from jetcrawl.topology import TASKS_STREAM, VALIDATORS_BUCKET, ensure, shard_consumer
 from otel import NO_TRACING, WORKER_SERVICE, Tracing
 from worker.capacity import Capacity
 from worker.crawl import CrawlStats, Ownership, TaskProcessor
@@ -34,6 +35,7 @@ from worker.politeness import Politeness
 from worker.robots import Robots
 from worker.shards import ShardPuller
 from worker.telemetry import TaskTelemetry
+from worker.validators import Validators
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,12 @@ class Worker:
             robots,
             self.politeness,
             self._telemetry,
+            bodies=await BodyStore.open(self._js) if self._settings.store_bodies else None,
+            validators=(
+                Validators(await self._js.key_value(VALIDATORS_BUCKET))
+                if self._settings.recrawl_after_s > 0
+                else None
+            ),
         )
 
     async def run(self) -> None:
