@@ -362,15 +362,11 @@ async def run_results(settings: Settings, args: argparse.Namespace) -> int:
         since=parse_since(args.since) if args.since else None,
         follow=args.follow,
     )
-    task = asyncio.current_task()
-    assert task is not None
-    _on_signals(task.cancel)
-    try:
-        written, skipped = await export_results(settings, query, args.output, args.format)
-    except asyncio.CancelledError:
-        return 130
+    stop = asyncio.Event()  # an event, not a cancellation: see jetcrawl.crawl.Interrupt
+    _on_signals(stop.set)
+    written, skipped = await export_results(settings, query, args.output, args.format, stop)
     print(f"{written} records written, {skipped} without a WARC form skipped", file=sys.stderr)
-    return 0
+    return 130 if stop.is_set() and not args.follow else 0
 
 
 async def run_dlq(settings: Settings, args: argparse.Namespace) -> int:

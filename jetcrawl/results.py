@@ -8,6 +8,7 @@ does not die on one bad line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import logging
@@ -77,9 +78,13 @@ class ReadStats:
 
 
 async def read_results(
-    js: JetStreamContext, query: Query, stats: ReadStats | None = None
+    js: JetStreamContext,
+    query: Query,
+    stats: ReadStats | None = None,
+    stop: asyncio.Event | None = None,
 ) -> AsyncIterator[tuple[Result, bytes]]:
-    """Yield ``(record, raw JSON)`` in stream order."""
+    """Yield ``(record, raw JSON)`` in stream order, until the end or ``stop`` is set."""
+    stop = stop or asyncio.Event()
     stats = stats if stats is not None else ReadStats()
     end = (await js.stream_info(RESULTS_STREAM)).state.last_seq
     if end == 0 and not query.follow:
@@ -96,7 +101,7 @@ async def read_results(
     )
     sub = await js.pull_subscribe(f"{RESULTS_PREFIX}*", stream=RESULTS_STREAM, config=config)
     try:
-        while True:
+        while not stop.is_set():
             try:
                 msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
             except TimeoutError:
@@ -130,7 +135,11 @@ async def read_results(
 
 
 async def export_results(
-    settings: Settings, query: Query, output: Path | None, fmt: str | None
+    settings: Settings,
+    query: Query,
+    output: Path | None,
+    fmt: str | None,
+    stop: asyncio.Event | None = None,
 ) -> tuple[int, int]:
     """Write the matching results to ``output`` (standard output if None); (written, skipped)."""
     fmt = format_for(output, fmt)
@@ -146,7 +155,7 @@ async def export_results(
             )
             gzip = output is not None and output.name.endswith(".gz")
             sink = open_sink(stream, fmt, gzip=gzip, user_agent=settings.user_agent)
-            async for result, raw in read_results(js, query):
+            async for result, raw in read_results(js, query, stop=stop):
                 body = None
                 if sink.needs_bodies and result.body_ref:
                     try:
@@ -154,6 +163,8 @@ async def export_results(
                     except BodyNotFound:
                         log.warning("body %s of %s is gone", result.body_ref, result.url)
                 sink.write(result, raw, body)
+                if query.follow:
+                    stream.flush()  # a follower sees each record as it comes
             sink.close()
             return sink.written, sink.skipped
     finally:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
+import signal
 import sys
 import time
 from pathlib import Path
@@ -203,3 +204,36 @@ async def test_bodies_are_stored_once_per_content(
         if f.is_file() and "OBJ_crawl_bodies" in f.parts
     )
     assert 0 < on_disk < len(big) // 10, "compressed on disk"
+
+
+async def test_follow_writes_records_as_they_arrive_until_interrupted(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    await ensure(js, Settings(nats_url=nats_server.url, shards=4))
+    await publish(js, [record(1, "a")])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jetcrawl",
+        "results",
+        "--nats",
+        nats_server.url,
+        "--follow",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(20):
+            first = await proc.stdout.readline()
+            await publish(js, [record(2, "b")])
+            second = await proc.stdout.readline()
+        assert [Result.from_wire(line).fp for line in (first, second)] == [
+            f"{1:032x}",
+            f"{2:032x}",
+        ]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(20):
+            await proc.wait()
+    assert proc.returncode == 0
