@@ -1,0 +1,16 @@
+"""The benchmark harness: jetcrawl against Scrapy and bare fetch loops on one synthetic site.
+
+site.py           the site model: seeded, multi-host, with its exact expected crawl
+siteserver.py     the site served by separate processes; request counts and crawl span
+procs.py          CPU and RSS of a process tree from /proc; the environment of children
+bare.py           baselines: aiohttp fetch loop over the known URLs, with/without extraction
+scrapy_spider.py  Scrapy with equivalent settings and jetcrawl's canonical fingerprints
+runners.py        one run of one system, and the check that it crawled the known set
+ceiling.py        JetStream messages/s and nats-server CPU for jetcrawl's per-page mix
+memory.py         dispatcher RSS while the seen set grows (``python -m bench memory``)
+profile.py        py-spy recordings of jetcrawl's processes, summarized
+report.py         medians, ranges, comparisons and targets as markdown and JSON
+cli.py            ``python -m bench``
+"""
+
+__all__: list[str] = []

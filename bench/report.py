@@ -1,0 +1,384 @@
+"""The report: medians and ranges over repetitions, comparisons and targets, as markdown and JSON.
+
+Throughput is pages per second over the *crawl span*, from the site's first request to its last,
+which leaves out what no crawl of a large site notices: interpreter and server start-up, and the
+drain check at the end. Pages per second from launch to exit are reported beside it. CPU is every
+process of a system from launch to exit (nats-server and etcd included for jetcrawl); the site's
+processes are counted for none. The targets of issue 7 are evaluated, not asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.ceiling import Ceiling
+from bench.memory import MemoryResult
+from bench.profile import Profile
+from bench.runners import RunResult
+
+__all__ = ["TARGETS", "Report", "Stat", "memory_markdown"]
+
+SCRAPY = "scrapy"
+BARE_EXTRACT = "bare-extract"
+TARGET_VS_SCRAPY = 8.0  # jetcrawl pages/s at least 8x Scrapy's
+TARGET_VS_BARE = 0.5  # ... and at least 50 % of the bare fetch + extract loop's
+TARGET_CPU_MS = 0.8  # jetcrawl CPU per page, all processes
+TARGETS = {
+    "vs_scrapy": f">= {TARGET_VS_SCRAPY:g}x Scrapy pages/s",
+    "vs_bare_extract": f">= {TARGET_VS_BARE:.0%} of bare fetch+extract pages/s",
+    "cpu_ms_per_page": f"<= {TARGET_CPU_MS:g} CPU ms per page (all processes)",
+}
+BACKGROUND_WARN_CORES = 0.25
+SITE_WARN_CORES = 0.8  # per site process
+PROFILE_ROWS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        return cls(statistics.median(values), min(values), max(values)) if values else cls(0, 0, 0)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"median": self.median, "min": self.low, "max": self.high}
+
+    def show(self, digits: int = 3) -> str:
+        if self.low == self.high:
+            return _num(self.median, digits)
+        return f"{_num(self.median, digits)} ({_num(self.low, digits)}-{_num(self.high, digits)})"
+
+
+METRICS: dict[str, Callable[[RunResult], float]] = {
+    "pages_per_s": lambda r: r.pages_per_s,
+    "pages_per_s_e2e": lambda r: r.pages_per_s_e2e,
+    "cpu_ms_per_page": lambda r: r.cpu_ms_per_page,
+    "span_cpu_ms_per_page": lambda r: r.span_cpu_ms_per_page,
+    "peak_rss_mb": lambda r: r.peak_rss_mb,
+    "wall_s": lambda r: r.wall_s,
+    "span_s": lambda r: r.span_s,
+    "site_cores": lambda r: r.site_cores,
+    "background_cores": lambda r: r.background_cores,
+}
+
+
+@dataclass(slots=True)
+class Report:
+    meta: dict[str, Any]
+    runs: list[RunResult]
+    ceiling: Ceiling | None = None
+    profiles: Mapping[str, Profile] | None = None
+
+    # ------------------------------------------------------------------ numbers
+
+    @property
+    def systems(self) -> list[str]:
+        return list(dict.fromkeys(r.system for r in self.runs))
+
+    def stat(self, system: str, metric: str) -> Stat:
+        return Stat.of([METRICS[metric](r) for r in self.runs if r.system == system])
+
+    def exact(self, system: str) -> tuple[int, int]:
+        runs = [r for r in self.runs if r.system == system]
+        return sum(r.exact for r in runs), len(runs)
+
+    def role_ms_per_page(self, system: str) -> dict[str, Stat]:
+        runs = [r for r in self.runs if r.system == system]
+        roles = dict.fromkeys(role for r in runs for role in r.cpu_by_role_s)
+        return {
+            role: Stat.of([1000 * r.cpu_by_role_s.get(role, 0.0) / r.pages for r in runs])
+            for role in roles
+        }
+
+    def comparisons(self, system: str) -> dict[str, float | None]:
+        rate = self.stat(system, "pages_per_s").median
+        scrapy = self.stat(SCRAPY, "pages_per_s").median if SCRAPY in self.systems else 0
+        bare = self.stat(BARE_EXTRACT, "pages_per_s").median if BARE_EXTRACT in self.systems else 0
+        return {
+            "vs_scrapy": rate / scrapy if scrapy else None,
+            "vs_bare_extract": rate / bare if bare else None,
+        }
+
+    def targets(self, system: str) -> dict[str, tuple[float | None, bool | None]]:
+        """Target -> (measured, passed); None where the baseline was not run."""
+        comparisons = self.comparisons(system)
+        cpu = self.stat(system, "cpu_ms_per_page").median
+        vs_scrapy, vs_bare = comparisons["vs_scrapy"], comparisons["vs_bare_extract"]
+        return {
+            "vs_scrapy": (vs_scrapy, None if vs_scrapy is None else vs_scrapy >= TARGET_VS_SCRAPY),
+            "vs_bare_extract": (vs_bare, None if vs_bare is None else vs_bare >= TARGET_VS_BARE),
+            "cpu_ms_per_page": (cpu, cpu <= TARGET_CPU_MS),
+        }
+
+    @property
+    def jetcrawl_systems(self) -> list[str]:
+        return [s for s in self.systems if s.startswith("jetcrawl")]
+
+    # ------------------------------------------------------------------ renderings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "meta": self.meta,
+            "systems": {
+                system: {
+                    "metrics": {m: self.stat(system, m).to_dict() for m in METRICS},
+                    "exact_runs": self.exact(system)[0],
+                    "runs": self.exact(system)[1],
+                    "cpu_ms_per_page_by_role": {
+                        role: stat.to_dict() for role, stat in self.role_ms_per_page(system).items()
+                    },
+                    "comparisons": self.comparisons(system),
+                }
+                for system in self.systems
+            },
+            "targets": {
+                system: {
+                    name: {"target": TARGETS[name], "measured": measured, "pass": passed}
+                    for name, (measured, passed) in self.targets(system).items()
+                }
+                for system in self.jetcrawl_systems
+            },
+            "runs": [r.to_dict() for r in self.runs],
+            "ceiling": self.ceiling.to_dict() if self.ceiling else None,
+            "profiles": {k: v.to_dict() for k, v in (self.profiles or {}).items()},
+        }
+
+    def markdown(self) -> str:
+        meta = self.meta
+        spec = meta["site"]
+        lines = [
+            "# jetcrawl benchmark",
+            "",
+            f"{meta['date']} · {meta['machine']} · Python {meta['python']} · jetcrawl "
+            f"{meta['jetcrawl_commit']} · {meta['versions']}",
+            "",
+            f"Site: {spec['hosts']} hosts, {meta['pages']} fetchable URLs "
+            f"({meta['html_pages']} HTML pages of ~{spec['links_per_page']} links, "
+            f"{meta['disallowed']} more robots-disallowed), served by {meta['site_processes']} "
+            f"separate processes. {meta['reps']} repetitions; median (min-max). "
+            "Pages/s over the crawl span (the site's first to last request); launch→exit "
+            "includes start-up and the end-of-crawl check. CPU: all processes of the system, "
+            "launch to exit (jetcrawl: crawl command, dispatcher, workers, nats-server, etcd).",
+            "",
+            "| system | pages/s | pages/s launch→exit | CPU ms/page | CPU ms/page in span "
+            "| peak RSS MB | exact | vs Scrapy | vs bare+extract | other load, cores |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for system in self.systems:
+            ok, runs = self.exact(system)
+            cmp = self.comparisons(system)
+            lines.append(
+                f"| {system} | {self.stat(system, 'pages_per_s').show()} "
+                f"| {self.stat(system, 'pages_per_s_e2e').show()} "
+                f"| {self.stat(system, 'cpu_ms_per_page').show()} "
+                f"| {self.stat(system, 'span_cpu_ms_per_page').show()} "
+                f"| {self.stat(system, 'peak_rss_mb').show()} "
+                f"| {'yes' if ok == runs else 'NO'} {ok}/{runs} "
+                f"| {_ratio(cmp['vs_scrapy'])} | {_percent(cmp['vs_bare_extract'])} "
+                f"| {self.stat(system, 'background_cores').show(2)} |"
+            )
+        lines += self._targets_md() + self._roles_md() + self._conditions_md()
+        lines += self._problems_md() + self._ceiling_md() + self._profiles_md()
+        return "\n".join(lines) + "\n"
+
+    def _targets_md(self) -> list[str]:
+        systems = self.jetcrawl_systems
+        if not systems:
+            return []
+        lines = ["", "## Targets (issue 7)", "", f"| target | {' | '.join(systems)} |"]
+        lines.append("|---|" + "---|" * len(systems))
+        for name, label in TARGETS.items():
+            cells = []
+            for system in systems:
+                measured, passed = self.targets(system)[name]
+                if measured is None:
+                    cells.append("not run")
+                    continue
+                shown = (
+                    _ratio(measured)
+                    if name == "vs_scrapy"
+                    else _percent(measured)
+                    if name == "vs_bare_extract"
+                    else _num(measured)
+                )
+                cells.append(f"{shown} {'pass' if passed else 'FAIL'}")
+            lines.append(f"| {label} | {' | '.join(cells)} |")
+        return lines
+
+    def _roles_md(self) -> list[str]:
+        systems = [s for s in self.systems if len(self.role_ms_per_page(s)) > 1]
+        if not systems:
+            return []
+        roles = list(dict.fromkeys(r for s in systems for r in self.role_ms_per_page(s)))
+        lines = [
+            "",
+            "## CPU ms per page by process (launch to exit, sampled)",
+            "",
+            f"| process | {' | '.join(systems)} |",
+            "|---|" + "---|" * len(systems),
+        ]
+        for role in roles:
+            cells = [
+                self.role_ms_per_page(s)[role].show() if role in self.role_ms_per_page(s) else "-"
+                for s in systems
+            ]
+            lines.append(f"| {role} | {' | '.join(cells)} |")
+        return lines
+
+    def _conditions_md(self) -> list[str]:
+        site = max((r.site_cores for r in self.runs), default=0.0)
+        background = max((r.background_cores for r in self.runs), default=0.0)
+        processes = self.meta["site_processes"]
+        lines = [
+            "",
+            "## Conditions",
+            "",
+            f"- The site's processes used at most {_num(site)} cores during a crawl span "
+            f"({processes} processes, so {processes} cores at most): "
+            + (
+                "it may have been the bottleneck."
+                if site > SITE_WARN_CORES * processes
+                else "it was not the bottleneck."
+            ),
+            f"- Other load on the machine (not the system, the site or the harness): at most "
+            f"{_num(background)} cores during a run"
+            + (
+                " — results are disturbed; rerun on a quiet machine."
+                if background > BACKGROUND_WARN_CORES
+                else "."
+            ),
+        ]
+        env = self.meta.get("jetcrawl_env") or {}
+        shown = " ".join(f"{k}={v}" for k, v in env.items()) or "none"
+        lines.append(f"- jetcrawl environment set by the harness: {shown}.")
+        return lines
+
+    def _problems_md(self) -> list[str]:
+        failed = [r for r in self.runs if r.problems or r.notes]
+        if not failed:
+            return []
+        lines = ["", "## Problems and notes", ""]
+        for r in failed:
+            for text in r.problems:
+                lines.append(f"- {r.system} rep {r.rep}: {text}")
+            for text in r.notes:
+                lines.append(f"- {r.system} rep {r.rep} (note): {text}")
+        return lines
+
+    def _ceiling_md(self) -> list[str]:
+        if self.ceiling is None:
+            return []
+        c = self.ceiling
+        lines = [
+            "",
+            "## JetStream ceiling for the message mix",
+            "",
+            "One Python client through jetcrawl's Outbox (pipelined, 256 at a time) and "
+            "`fetch(256)` + `ack()`; nats-server with jetcrawl's topology, file storage.",
+            "",
+            "| per page | bytes | msgs/s (one client) | nats-server µs/msg | client µs/msg |",
+            "|---|---|---|---|---|",
+        ]
+        for p in c.phases:
+            lines.append(
+                f"| {p.name} | {p.payload_bytes} | {_num(p.rate)} | {_num(p.server_us)} "
+                f"| {_num(p.client_us)} |"
+            )
+        lines += [
+            f"| **one page** | | | **{_num(c.server_us_per_page)}** "
+            f"| **{_num(c.client_us_per_page)}** |",
+            "",
+            f"One nats-server core carries about **{_num(c.pages_per_server_core)} pages/s** of "
+            f"this mix; the services' own NATS client work is about "
+            f"{_num(c.client_us_per_page / 1000)} CPU ms per page of Python.",
+        ]
+        measured = [(s, self.role_ms_per_page(s).get("nats-server")) for s in self.jetcrawl_systems]
+        shown = ", ".join(f"{s} {stat.show()}" for s, stat in measured if stat is not None)
+        if shown:
+            lines.append(f"In the crawls, nats-server spent (CPU ms per page): {shown}.")
+        return lines
+
+    def _profiles_md(self) -> list[str]:
+        if not self.profiles:
+            return []
+        lines = [
+            "",
+            "## Profile (py-spy, one extra jetcrawl-1 run; share of CPU samples)",
+            "",
+            "Self time of `Runner.run` is the event loop itself (uvloop's C code: polling, "
+            "socket I/O, callbacks); of `StreamWriter.writelines`, the NATS client's socket "
+            "writes. Samples count a thread that is runnable, so on a busy machine waiting for "
+            "a core counts too.",
+        ]
+        for name, profile in self.profiles.items():
+            lines += [
+                "",
+                f"### {name} ({profile.samples} samples)",
+                "",
+                "| self: function | % | self: source file | % |",
+                "|---|---|---|---|",
+            ]
+            for i in range(min(PROFILE_ROWS, len(profile.self_top))):
+                fn, share = profile.self_top[i]
+                file, file_share = profile.files_top[i] if i < len(profile.files_top) else ("", 0)
+                lines.append(
+                    f"| `{fn}` | {share:.1%} | `{file}` | {file_share:.1%} |"
+                    if file
+                    else f"| `{fn}` | {share:.1%} | | |"
+                )
+            if profile.inclusive_top:
+                lines += [
+                    "",
+                    "Inclusive: " + ", ".join(f"`{fn}` {s:.0%}" for fn, s in profile.inclusive_top),
+                ]
+        return lines
+
+
+def memory_markdown(result: MemoryResult) -> str:
+    lines = [
+        "# Dispatcher memory while the seen set grows",
+        "",
+        f"{result.urls} distinct seed URLs published to an embedded nats-server; one "
+        f"`jetcrawl dispatcher` admits them into KV `crawl_seen` (its in-memory LRU cache holds "
+        f"{result.dedupe_cache_size} fingerprints, `dedupe_cache_size`).",
+        "",
+        "| admitted | seconds | dispatcher RSS MB | nats-server RSS MB |",
+        "|---|---|---|---|",
+    ]
+    for c in result.checkpoints:
+        lines.append(
+            f"| {c.admitted} | {_num(c.seconds)} | {_num(c.dispatcher_rss_mb)} "
+            f"| {_num(c.nats_rss_mb)} |"
+        )
+    lines += [
+        "",
+        f"- Admissions per second: {_num(result.admissions_per_s)} "
+        f"({_num(result.dispatcher_us_per_admission)} dispatcher CPU µs per URL).",
+        f"- KV disk: {_num(result.kv_bytes_per_url)} bytes per URL "
+        f"({result.kv_disk_bytes} bytes for {result.admitted} URLs); the admitted tasks "
+        f"waiting in CRAWL_TASKS: {result.tasks_disk_bytes} bytes.",
+        f"- Peak dispatcher RSS: {_num(result.peak_dispatcher_rss_mb)} MB.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
+
+
+def _percent(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"

@@ -1,0 +1,289 @@
+"""The benchmark site served by separate processes, so its CPU is counted for no system.
+
+``SiteServer`` (the harness side) binds one listening socket per host (``127.0.0.{10+h}``, port
+chosen by the OS), then starts ``processes`` copies of ``python -m bench.siteserver``. Every copy
+inherits every socket and accepts on all of them, so the kernel spreads connections over the
+copies. Each copy builds the same site from the same ``SiteSpec``, pre-renders every response, and
+answers a request with one dictionary lookup (aiohttp's low-level server, uvloop). A copy prints
+``READY <control port>`` once it serves; the control port answers ``/reset`` (before a run) and
+``/stats`` (after it): request counts per URL and the first and last request's time, from which
+the harness takes each system's crawl span and checks what was fetched, and how often.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import orjson
+from aiohttp import web
+
+from bench.loop import run
+from bench.procs import DIE_WITH_PARENT, child_env
+from bench.site import DISALLOWED_PREFIX, Site, SiteSpec, address
+
+__all__ = ["SiteServer", "SiteStats"]
+
+READY_TIMEOUT_S = 120.0
+BACKLOG = 4096
+_TRACKING_PREFIXES = ("utm_", "fbclid=", "gclid=")
+
+
+@dataclass(slots=True)
+class SiteStats:
+    """What the site was asked since the last reset, merged over its processes."""
+
+    requests: int = 0  # robots.txt excluded
+    robots: int = 0
+    first: float = 0.0  # epoch seconds of the first and last request (robots.txt included)
+    last: float = 0.0
+    counts: Counter[str] = field(default_factory=Counter)  # URL as requested -> requests
+
+    @property
+    def span_s(self) -> float:
+        return max(0.0, self.last - self.first)
+
+    @property
+    def refetches(self) -> int:
+        return sum(n - 1 for n in self.counts.values() if n > 1)
+
+    @property
+    def disallowed_hits(self) -> int:
+        return sum(1 for url in self.counts if DISALLOWED_PREFIX in url)
+
+
+class SiteServer:
+    """The site's server processes; a context manager (``start()`` / ``stop()``)."""
+
+    def __init__(self, spec: SiteSpec, processes: int, log_dir: Path) -> None:
+        self.spec = spec
+        self.processes = processes
+        self.log_dir = log_dir
+        self.authorities: list[str] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._control: list[str] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs]
+
+    def start(self) -> None:
+        sockets = []
+        try:
+            for host in range(self.spec.hosts):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address(host), 0))
+                sock.listen(BACKLOG)
+            self.authorities = [f"{address(h)}:{s.getsockname()[1]}" for h, s in enumerate(sockets)]
+            fds = [sock.fileno() for sock in sockets]
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            for n in range(self.processes):
+                with (self.log_dir / f"site-{n + 1}.log").open("wb") as log:
+                    self._procs.append(
+                        subprocess.Popen(
+                            [
+                                sys.executable,
+                                "-m",
+                                "bench.siteserver",
+                                orjson.dumps(self.spec.to_dict()).decode(),
+                                ",".join(map(str, fds)),
+                                ",".join(self.authorities),
+                            ],
+                            stdout=subprocess.PIPE,
+                            stderr=log,
+                            pass_fds=fds,
+                            env=child_env(),
+                            preexec_fn=DIE_WITH_PARENT,
+                        )
+                    )
+            self._control = [_read_ready(proc) for proc in self._procs]
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            for sock in sockets:
+                sock.close()  # the server processes hold their own copies
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self._procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self._procs.clear()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def reset(self) -> None:
+        for control in self._control:
+            _get(f"{control}/reset")
+
+    def stats(self) -> SiteStats:
+        merged = SiteStats()
+        firsts, lasts = [], []
+        for control in self._control:
+            part = orjson.loads(_get(f"{control}/stats"))
+            merged.requests += part["requests"]
+            merged.robots += part["robots"]
+            if part["first"]:
+                firsts.append(part["first"])
+                lasts.append(part["last"])
+            for host, target, count in part["counts"]:
+                merged.counts[f"http://{self.authorities[host]}{target}"] += count
+        merged.first = min(firsts, default=0.0)
+        merged.last = max(lasts, default=0.0)
+        return merged
+
+
+def _read_ready(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(READY_TIMEOUT_S):
+            raise RuntimeError(f"site process {proc.pid} not ready in {READY_TIMEOUT_S:g} s")
+    line = proc.stdout.readline().decode().split()
+    if len(line) != 2 or line[0] != "READY":
+        raise RuntimeError(f"site process {proc.pid} failed to start (see its log)")
+    return f"http://127.0.0.1:{line[1]}"
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body: bytes = response.read()
+        return body
+
+
+# ---------------------------------------------------------------------- the server process
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.robots = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.counts: Counter[tuple[int, str]] = Counter()
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "requests": self.requests,
+                "robots": self.robots,
+                "first": self.first,
+                "last": self.last,
+                "counts": [[h, t, n] for (h, t), n in self.counts.items()],
+            }
+        )
+
+
+def _normalize(target: str) -> str:
+    """The model's key for a request target a crawler did not canonicalize."""
+    path, _, query = target.partition("?")
+    pairs = sorted(p for p in query.split("&") if p and not p.startswith(_TRACKING_PREFIXES))
+    return f"{path}?{'&'.join(pairs)}" if pairs else path
+
+
+async def _serve(spec: SiteSpec, fds: list[int], authorities: list[str]) -> None:
+    site = Site.generate(spec)
+    table = site.responses(authorities)
+    del site
+    counters = _Counters()
+    not_found = (404, "text/plain", b"not found")
+
+    def handler(host: int) -> web.Server:
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            now = time.time()
+            target = request.raw_path
+            if not counters.first:
+                counters.first = now
+            counters.last = now
+            if target == "/robots.txt":
+                counters.robots += 1
+            else:
+                counters.requests += 1
+                counters.counts[host, target] += 1
+            status, kind, body = (
+                table.get((host, target)) or table.get((host, _normalize(target))) or not_found
+            )
+            if 300 <= status < 400:
+                return web.Response(status=status, headers={"Location": kind})
+            return web.Response(status=status, body=body, headers={"Content-Type": kind})
+
+        return web.Server(handle, access_log=None)
+
+    async def control(request: web.BaseRequest) -> web.StreamResponse:
+        nonlocal counters
+        if request.path == "/reset":
+            counters = _Counters()
+            return web.Response(text="ok")
+        if request.path == "/stats":
+            return web.Response(body=counters.to_json(), content_type="application/json")
+        return web.Response(status=404)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    servers = []
+    for host, fd in enumerate(fds):
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        servers.append(await loop.create_server(handler(host), sock=sock, backlog=BACKLOG))
+    control_server = await loop.create_server(web.Server(control, access_log=None), "127.0.0.1", 0)
+    servers.append(control_server)
+    port = control_server.sockets[0].getsockname()[1]
+    sys.stdout.write(f"READY {port}\n")
+    sys.stdout.flush()
+    await stop.wait()
+    for server in servers:
+        server.close()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(2):
+            for server in servers:
+                await server.wait_closed()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.siteserver")
+    parser.add_argument("spec", help="the SiteSpec as JSON")
+    parser.add_argument("fds", help="listening socket descriptors, one per host, comma-separated")
+    parser.add_argument("authorities", help="127.0.0.N:PORT per host, comma-separated")
+    args = parser.parse_args(argv)
+    spec = SiteSpec(**orjson.loads(args.spec))
+    fds = [int(fd) for fd in args.fds.split(",")]
+    authorities = args.authorities.split(",")
+    run(_serve(spec, fds, authorities))
+
+
+if __name__ == "__main__":
+    main()

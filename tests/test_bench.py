@@ -1,0 +1,92 @@
+"""The benchmark harness, run in a tiny configuration so it cannot rot unnoticed.
+
+Timings are not checked here (the benchmark reports them); the shape of the report and the
+exactness check are. Scrapy and py-spy come with the ``bench`` extra, which CI does not install:
+without Scrapy its system is skipped, and the profile is never run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.cli import main
+from bench.runners import Output, check
+from bench.site import Site, SiteSpec
+from bench.siteserver import SiteStats
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="the harness reads Linux /proc"
+)
+
+TINY = SiteSpec(hosts=2, pages=50)
+AUTHORITIES = ["127.0.0.10:1000", "127.0.0.11:1001"]
+
+
+def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
+    systems = ["bare-fetch", "bare-extract", "jetcrawl-1"]
+    if importlib.util.find_spec("scrapy") is not None:
+        systems.append("scrapy")
+    argv = ["--out", str(tmp_path), "--hosts", "2", "--pages", "50", "--reps", "1"]
+    argv += ["--systems", ",".join(systems), "--ceiling-messages", "200", "--no-profile"]
+    assert main(argv) == 0
+
+    report = orjson.loads((tmp_path / "bench.json").read_bytes())
+    assert set(report["systems"]) == set(systems)
+    for system, entry in report["systems"].items():
+        assert entry["exact_runs"] == entry["runs"] == 1, system
+        assert entry["metrics"]["pages_per_s"]["median"] > 0, system
+        assert entry["metrics"]["cpu_ms_per_page"]["median"] > 0, system
+    assert [run["problems"] for run in report["runs"]] == [[]] * len(systems)
+    roles = report["systems"]["jetcrawl-1"]["cpu_ms_per_page_by_role"]
+    assert {"crawl", "dispatcher", "worker", "nats-server", "etcd"} <= set(roles)
+    assert set(report["targets"]["jetcrawl-1"]) == {
+        "vs_scrapy",
+        "vs_bare_extract",
+        "cpu_ms_per_page",
+    }
+    assert len(report["ceiling"]["phases"]) == 6
+    markdown = (tmp_path / "bench.md").read_text()
+    assert "| jetcrawl-1 |" in markdown and "## Targets" in markdown
+
+
+def test_memory_command_reports_checkpoints(tmp_path: Path) -> None:
+    assert main(["memory", "--urls", "3000", "--out", str(tmp_path)]) == 0
+    result = orjson.loads((tmp_path / "memory.json").read_bytes())
+    assert result["admitted"] == 3000
+    marks = [c["admitted"] for c in result["checkpoints"]]
+    assert len(marks) == 4 and marks == sorted(marks) and marks[-1] == 3000
+    assert result["kv_bytes_per_url"] > 0
+
+
+def test_the_check_catches_a_crawl_that_is_not_the_known_set() -> None:
+    expected = Site.generate(TINY).expected(AUTHORITIES)
+    urls = sorted(expected.fetchable)
+    right = Output(fetched=dict(expected.fetchable), disallowed=set(expected.disallowed))
+    site = SiteStats(counts=Counter(urls))
+    assert check(right, expected, site, "x") == []
+
+    wrong = Output(fetched={u: s for u, s in expected.fetchable.items() if u != urls[0]})
+    wrong.fetched["http://127.0.0.10:1000/nowhere"] = 200
+    wrong.disallowed = set()
+    problems = check(wrong, expected, site, "x")
+    assert any("fetched: 1 missing" in p for p in problems)
+    assert any("fetched: 1 unexpected" in p for p in problems)
+    assert any("robots-disallowed" in p for p in problems)
+
+
+def test_the_site_knows_its_answer() -> None:
+    site = Site.generate(TINY)
+    expected = site.expected(AUTHORITIES)
+    assert Site.generate(TINY).expected(AUTHORITIES) == expected  # deterministic
+    assert len(expected.fetchable) == TINY.pages
+    statuses = set(expected.fetchable.values())
+    assert {200, 404} <= statuses and statuses & {301, 302}
+    assert expected.disallowed and all("/private/" in u for u in expected.disallowed)
+    assert set(expected.links) | set(expected.seeds) == set(expected.fetchable) | set(
+        expected.disallowed
+    )
