@@ -26,6 +26,7 @@ from worker.keepalive import KeepAlive
 log = logging.getLogger(__name__)
 
 PULL_WAIT_S = 0.5
+LINGER_MARGIN_S = 0.1
 MAX_BATCH = 64
 RETRY_PAUSE_S = 0.5
 
@@ -46,6 +47,7 @@ class ShardPuller:
         self._process = process
         self._stopping = asyncio.Event()
         self._abandoned = asyncio.Event()
+        self._last_pull_at = float("-inf")  # loop time the last pull request was sent
         self.done = asyncio.Event()
 
     def stop(self) -> None:
@@ -61,11 +63,10 @@ class ShardPuller:
         try:
             async with asyncio.TaskGroup() as tg:
                 while await self._holding.wait_free(unless=self._stopping):
-                    for msg in await self._pull(min(MAX_BATCH, self._holding.free_slots)):
-                        if await self._holding.take(unless=self._abandoned):
-                            tg.create_task(self._run_one(msg))
-                        else:
-                            await msg.nak()  # lease lost: the next owner takes it at once
+                    await self._start(
+                        tg, await self._pull(min(MAX_BATCH, self._holding.free_slots))
+                    )
+                await self._start(tg, await self._lingering())
         finally:
             try:
                 await self._sub.unsubscribe()
@@ -73,7 +74,36 @@ class ShardPuller:
                 log.debug("unsubscribe of shard %d failed: %r", self.owner.shard, e)
             self.done.set()
 
+    async def _start(self, tg: asyncio.TaskGroup, msgs: list[Msg]) -> None:
+        for msg in msgs:
+            if await self._holding.take(unless=self._abandoned):
+                tg.create_task(self._run_one(msg))
+            else:
+                await msg.nak()  # lease lost: the next owner takes it at once
+
+    async def _lingering(self) -> list[Msg]:
+        """Tasks a pull request delivered after its fetch returned: take them before leaving.
+
+        nats-py's fetch can return (with what it has) before the server's pull request expires;
+        what the request delivers later lands in this subscription's queue, where the next fetch
+        would find it. A puller that is leaving has no next fetch: without this, those tasks
+        would sit unacknowledged until AckWait, delaying a handover by that much.
+        """
+        loop = asyncio.get_running_loop()
+        expires_in = self._last_pull_at + PULL_WAIT_S + LINGER_MARGIN_S - loop.time()
+        if expires_in > 0:
+            # No event says a pull request expired server-side: wait out its lifetime.
+            await asyncio.sleep(expires_in)
+        inner = self._sub._sub  # nats-py keeps the core subscription private
+        msgs = []
+        while inner is not None and inner.pending_msgs > 0:
+            msg = await inner.next_msg(timeout=LINGER_MARGIN_S)
+            if msg.reply and msg.reply.startswith("$JS.ACK."):  # not a pull status message
+                msgs.append(msg)
+        return msgs
+
     async def _pull(self, batch: int) -> list[Msg]:
+        self._last_pull_at = asyncio.get_running_loop().time()
         try:
             return await self._sub.fetch(max(1, batch), timeout=PULL_WAIT_S)
         except TimeoutError:
