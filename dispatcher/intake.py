@@ -10,6 +10,7 @@ a rejection with a reason.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from jetcrawl.errors import MessageError, UrlError
@@ -18,6 +19,7 @@ from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, SEEDS
 from jetcrawl.urls import UrlRules, fingerprint, in_scope, most_repeated_segment, scope_root
 
+CANONICAL_CACHE_SIZE = 50_000
 SEED_STAGE = "seeds"
 DISCOVERED_STAGE = "discovered"
 FRONTIER_STAGE = "frontier"
@@ -47,6 +49,9 @@ class Intake:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._rules = UrlRules.from_settings(settings)
+        # Discovered links repeat from page to page (navigation, footers): their canonical form
+        # is remembered, bounded, so most cost a dict lookup instead of a parse.
+        self._canonical: OrderedDict[str, str] = OrderedDict()
 
     def read(self, subject: str, data: bytes) -> Reading:
         if subject == SEEDS:
@@ -88,6 +93,17 @@ class Intake:
         )
         return Task(url=url, fp=fingerprint(url), depth=0, lineage=lineage, parent=None)
 
+    def _canonicalize(self, link: str) -> str:
+        url = self._canonical.get(link)
+        if url is None:
+            url = self._rules.canonicalize(link)
+            self._canonical[link] = url
+            if len(self._canonical) > CANONICAL_CACHE_SIZE:
+                self._canonical.popitem(last=False)
+        else:
+            self._canonical.move_to_end(link)
+        return url
+
     def _read_discovered(self, data: bytes) -> Reading:
         reading = Reading()
         try:
@@ -102,7 +118,7 @@ class Intake:
             return reading
         for link in page.links:
             try:
-                url = self._rules.canonicalize(link)
+                url = self._canonicalize(link)
             except UrlError as e:
                 reading.rejections.append(
                     Rejection(DISCOVERED_STAGE, e.reason, f"link of {page.parent}", link.encode())
