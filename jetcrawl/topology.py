@@ -142,39 +142,16 @@ class Topology:
                 num_replicas=replicas,
                 max_age=ADVISORIES_MAX_AGE_S,
             ),
-            # The dedupe bucket, declared as the stream nats-py's create_key_value would make.
-            StreamConfig(
-                name=SEEN_STREAM,
-                description="KV bucket crawl_seen: URL fingerprint -> admitting frontier sequence",
+            # The buckets, declared as the streams nats-py's create_key_value would make.
+            _kv_stream(
+                SEEN_BUCKET,
+                "URL fingerprint -> admitting frontier sequence",
+                storage,
+                replicas,
                 allow_msg_ttl=True,  # a mark may expire: re-crawl (recrawl_after_s)
-                subjects=[f"{SEEN_SUBJECT_PREFIX}>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                allow_direct=True,
-                allow_rollup_hdrs=True,
-                deny_delete=True,
-                discard=DiscardPolicy.NEW,
-                duplicate_window=120.0,
-                max_msgs_per_subject=1,
-                max_consumers=-1,
-                max_msgs=-1,
             ),
-            StreamConfig(
-                name=VALIDATORS_STREAM,
-                description="KV bucket crawl_validators: ETag and Last-Modified for re-crawls",
-                subjects=[f"$KV.{VALIDATORS_BUCKET}.>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                allow_direct=True,
-                allow_rollup_hdrs=True,
-                deny_delete=True,
-                discard=DiscardPolicy.NEW,
-                duplicate_window=120.0,
-                max_msgs_per_subject=1,
-                max_consumers=-1,
-                max_msgs=-1,
+            _kv_stream(
+                VALIDATORS_BUCKET, "ETag and Last-Modified for re-crawls", storage, replicas
             ),
             # Page bodies, when kept (gzip-compressed by jetcrawl.bodies): the object store
             # nats-py's create_object_store would make.
@@ -190,22 +167,7 @@ class Topology:
                 discard=DiscardPolicy.NEW,
                 max_msgs=-1,
             ),
-            StreamConfig(
-                name=JOBS_STREAM,
-                description="KV bucket crawl_jobs: per-job admission counters (max_pages)",
-                subjects=[f"$KV.{JOBS_BUCKET}.>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                allow_direct=True,
-                allow_rollup_hdrs=True,
-                deny_delete=True,
-                discard=DiscardPolicy.NEW,
-                duplicate_window=120.0,
-                max_msgs_per_subject=1,
-                max_consumers=-1,
-                max_msgs=-1,
-            ),
+            _kv_stream(JOBS_BUCKET, "per-job and per-host admission counters", storage, replicas),
         )
         pull = {
             "ack_policy": AckPolicy.EXPLICIT,
@@ -249,6 +211,33 @@ class Topology:
             for shard in range(settings.shards)
         ]
         return cls(streams=streams, consumers=tuple(consumers))
+
+
+def _kv_stream(
+    bucket: str,
+    holds: str,
+    storage: StorageType,
+    replicas: int,
+    allow_msg_ttl: bool | None = None,
+) -> StreamConfig:
+    """The stream behind KV bucket ``bucket`` (history 1), as nats-py would create it."""
+    return StreamConfig(
+        name=f"KV_{bucket}",
+        description=f"KV bucket {bucket}: {holds}",
+        subjects=[f"$KV.{bucket}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=storage,
+        num_replicas=replicas,
+        allow_direct=True,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=allow_msg_ttl,
+        deny_delete=True,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=120.0,
+        max_msgs_per_subject=1,
+        max_consumers=-1,
+        max_msgs=-1,
+    )
 
 
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
