@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show workers, shards, backlogs, results and rates")
     _connection_flags(p, etcd=True)
+    p.add_argument("--job", help="also count this job's results by outcome (reads them all)")
     p.add_argument(
         "--watch",
         nargs="?",
@@ -315,7 +316,9 @@ async def run_status(settings: Settings, args: argparse.Namespace) -> int:
     assert task is not None
     _on_signals(task.cancel)
     try:
-        await show(settings, watch_s=args.watch, interval_s=args.interval, as_json=args.json)
+        await show(
+            settings, watch_s=args.watch, interval_s=args.interval, as_json=args.json, job=args.job
+        )
     except asyncio.CancelledError:
         return 0 if args.watch is not None else 130
     return 0

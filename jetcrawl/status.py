@@ -69,6 +69,23 @@ class Rates:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCounts:
+    job: str
+    results: int
+    by_outcome: dict[str, int]
+
+
+async def count_job(js: JetStreamContext, job: str) -> JobCounts:
+    """One job's results by outcome; reads every result record, so it costs O(results)."""
+    from jetcrawl.results import Query, read_results
+
+    by_outcome: dict[str, int] = {}
+    async for result, _ in read_results(js, Query(job=job)):
+        by_outcome[result.outcome] = by_outcome.get(result.outcome, 0) + 1
+    return JobCounts(job, sum(by_outcome.values()), by_outcome)
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     at: float  # unix time of the reading
     cluster: str
@@ -80,6 +97,7 @@ class Status:
     results: int
     dead_letters: int
     rates: Rates | None = None
+    job: JobCounts | None = None  # with --job: that job's results, read from CRAWL_RESULTS
 
     def since(self, earlier: Status) -> Status:
         """This reading with the rates since ``earlier``."""
@@ -130,6 +148,13 @@ class Status:
             },
             "results": self.results,
             "dead_letters": self.dead_letters,
+            "job": None
+            if self.job is None
+            else {
+                "job": self.job.job,
+                "results": self.job.results,
+                "by_outcome": self.job.by_outcome,
+            },
             "rates": None
             if self.rates is None
             else {
@@ -160,6 +185,11 @@ class Status:
             f"  published {self.tasks_published}{_per_s(r.tasks_per_s if r else None)}",
             f"results       {self.results}{_per_s(r.results_per_s if r else None)}",
             f"dead letters  {self.dead_letters}{_per_s(r.dead_letters_per_s if r else None)}",
+        ]
+        if self.job is not None:
+            outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.job.by_outcome.items()))
+            lines.append(f"job {self.job.job}  results {self.job.results} ({outcomes or '-'})")
+        lines += [
             "",
             "shards",
         ]
@@ -170,7 +200,7 @@ class Status:
         return "\n".join(lines) + "\n"
 
 
-async def read_status(settings: Settings, js: JetStreamContext) -> Status:
+async def read_status(settings: Settings, js: JetStreamContext, job: str | None = None) -> Status:
     """One reading: etcd first, then JetStream (raises RegistryError or nats errors)."""
     at = time.time()
     members = await read_members(settings)
@@ -216,6 +246,7 @@ async def read_status(settings: Settings, js: JetStreamContext) -> Status:
         tasks_published=tasks.state.last_seq,
         results=results.state.messages,
         dead_letters=dead.state.messages,
+        job=await count_job(js, job) if job is not None else None,
     )
 
 
@@ -226,18 +257,19 @@ async def run_status(
     interval_s: float,
     as_json: bool,
     out: IO[str] = sys.stdout,
+    job: str | None = None,
 ) -> None:
     """Print one status (rates over ``interval_s``), or one every ``watch_s`` until cancelled."""
     nc = await connect(settings, "jetcrawl-status")
     try:
         js = nc.jetstream()
-        previous = await read_status(settings, js)
+        previous = await read_status(settings, js, job)
         if watch_s is None and interval_s <= 0:
             _show(previous, as_json, out, clear=False)
             return
         while True:
             await asyncio.sleep(watch_s if watch_s is not None else interval_s)
-            current = await read_status(settings, js)
+            current = await read_status(settings, js, job)
             _show(current.since(previous), as_json, out, clear=watch_s is not None)
             if watch_s is None:
                 return

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
@@ -169,6 +170,25 @@ async def test_two_jobs_with_different_scopes_crawled_at_once_stay_apart(
         await mesh.seed([seed], scope="any", job="wide")
         await mesh.wait_drained()
         results = await mesh.results()
+        status = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jetcrawl",
+            "status",
+            "--json",
+            "--interval",
+            "0",
+            "--job",
+            "narrow",
+            "--nats",
+            nats_server.url,
+            "--etcd",
+            etcd_server.url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(status.communicate(), 30)
+        assert status.returncode == 0, err.decode()
     by_job: dict[str, Counter[str]] = {}
     for r in results:
         by_job.setdefault(r.job, Counter())[r.url] += 1
@@ -176,4 +196,7 @@ async def test_two_jobs_with_different_scopes_crawled_at_once_stay_apart(
     assert set(by_job["narrow"]) == site.reachable_from(seed, "host")
     assert set(by_job["wide"]) == site.reachable_from(seed, "any")
     assert set(by_job["narrow"]) < set(by_job["wide"]), "the overlap was crawled for both"
+    job = orjson.loads(out)["job"]
+    assert job["job"] == "narrow" and job["results"] == len(by_job["narrow"])
+    assert sum(job["by_outcome"].values()) == job["results"]
     assert max(max(c.values()) for c in by_job.values()) == 1
