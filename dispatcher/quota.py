@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.errors import Error as NatsError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from dispatcher.seen import SeenSetUnavailable
@@ -76,7 +77,8 @@ class AdmissionQuota:
                 return abs(delta)
             except KeyWrongLastSequenceError:
                 continue  # another dispatcher moved the counter; read it again
-            except (TimeoutError, APIError) as e:
+            except (TimeoutError, NatsError) as e:
+                # Unanswered, no responders or no stream leader (an election): retry the batch.
                 raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
         raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
 

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from nats.errors import Error as NatsError
 from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
@@ -110,7 +111,7 @@ class SeenSet:
             entry = await self._kv.get(fp)
         except (KeyNotFoundError, KeyDeletedError):
             return UNKNOWN
-        except (TimeoutError, APIError) as e:
+        except (TimeoutError, NatsError) as e:  # also no responders, no stream leader
             raise SeenSetUnavailable(f"crawl_seen get {fp} failed: {e!r}") from e
         try:
             mark = Mark(int(entry.value or b"0"), entry.revision or 0)

@@ -22,6 +22,7 @@ import orjson
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
 from jetcrawl.messages import Result
 from jetcrawl.settings import Settings
@@ -71,9 +72,8 @@ class Mesh:
         self._nc: NATS | None = None
 
     async def __aenter__(self) -> Self:
-        import nats
-
-        self._nc = await nats.connect(self.settings.nats_url)
+        # The services' own connection: every URL of a cluster, reconnecting forever.
+        self._nc = await connect(self.settings, "mesh")
         await ensure(self.js, self.settings)
         return self
 
