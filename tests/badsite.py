@@ -220,35 +220,26 @@ class BadSite:
         return await self._stream(request, "/huge.html", response, [chunk])
 
     async def _bomb(self, request: web.Request) -> web.StreamResponse:
-        first, repeat = bomb_segments()
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/html", "Content-Encoding": "gzip"}
-        )
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        try:
-            await response.write(first)
-            self.written["/bomb.html"] += len(first)
-            for _ in range(BOMB_SEGMENTS - 1):
-                await response.write(repeat)
-                self.written["/bomb.html"] += len(repeat)
-        except ConnectionError:
-            pass
-        return response
+        return await self._send_bomb(request, "/bomb.html", "gzip", *bomb_segments())
 
     async def _brotli_bomb(self, request: web.Request) -> web.StreamResponse:
+        return await self._send_bomb(request, "/bomb.br", "br", *brotli_segments())
+
+    async def _send_bomb(
+        self, request: web.Request, path: str, encoding: str, first: bytes, repeat: bytes
+    ) -> web.StreamResponse:
+        """A small compressed stream that inflates far past any body limit; counts what it sent."""
         response = web.StreamResponse(
-            headers={"Content-Type": "text/html", "Content-Encoding": "br"}
+            headers={"Content-Type": "text/html", "Content-Encoding": encoding}
         )
         response.enable_chunked_encoding()
         await response.prepare(request)
-        first, repeat = brotli_segments()
         try:
             await response.write(first)
-            self.written["/bomb.br"] += len(first)
+            self.written[path] += len(first)
             for _ in range(BOMB_SEGMENTS - 1):
                 await response.write(repeat)
-                self.written["/bomb.br"] += len(repeat)
+                self.written[path] += len(repeat)
         except ConnectionError:
             pass
         return response
