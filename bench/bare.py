@@ -21,7 +21,7 @@ import orjson
 
 from bench.loop import run
 from jetcrawl.errors import UrlError
-from jetcrawl.urls import UrlRules
+from jetcrawl.urls import LinkCanonicalizer, UrlRules
 from worker.parse import extract
 
 __all__ = ["CONCURRENCY", "crawl_list"]
@@ -36,6 +36,7 @@ async def crawl_list(
 ) -> tuple[dict[str, int], set[str]]:
     """Fetch every URL once; the status of each, and (``links``) every canonical link found."""
     rules = UrlRules()
+    canonical = LinkCanonicalizer(rules)
     fetched: dict[str, int] = {}
     found: set[str] = set()
     pending = iter(urls)
@@ -53,7 +54,7 @@ async def crawl_list(
                         with contextlib.suppress(UrlError):
                             found.add(rules.canonicalize(response.headers["Location"], base=url))
                     elif 200 <= response.status < 300 and response.content_type in HTML:
-                        found.update(extract(body, url, response.charset, rules).links)
+                        found.update(extract(body, url, response.charset, canonical).links)
 
         async with asyncio.TaskGroup() as tg:
             for _ in range(concurrency):

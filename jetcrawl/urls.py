@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "DEFAULT_TRACKING",
+    "LinkCanonicalizer",
     "UrlRules",
     "canonicalize",
     "fingerprint",
@@ -82,6 +83,13 @@ _HOST_NAME = re.compile(r"(?:[a-z0-9_-]{1,63}\.)*[a-z0-9_-]{1,63}").fullmatch
 _MAX_HOST_LENGTH = 253
 # A last label like this makes the host an IPv4 address for a browser, or an error: never a name.
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*").fullmatch
+# Appendix B of RFC 3986, which is what urlsplit does for printable ASCII without brackets (it
+# validates IP literals, normalizes non-ASCII netlocs and drops tabs and newlines first).
+_RFC3986_PARTS = re.compile(
+    r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.DOTALL
+).fullmatch
+_NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
+_BROWSER_DROPS = re.compile(r"[\t\n\r]").search  # urlsplit drops these anywhere, as browsers do
 
 
 def canonicalize(
@@ -125,6 +133,11 @@ def canonicalize(
 
 
 def _split(url: str) -> SplitResult:
+    if not _NEEDS_URLSPLIT(url):  # printable ASCII without brackets: RFC 3986's regex is urlsplit
+        scheme, netloc, path, query, fragment = _RFC3986_PARTS(url).groups()  # type: ignore[union-attr]
+        return SplitResult(
+            scheme.lower() if scheme else "", netloc or "", path, query or "", fragment or ""
+        )
     if "\\" in url:
         url = _backslashes_to_slashes(url)
     return urlsplit(url)  # also drops tabs and newlines anywhere, as browsers do
@@ -175,6 +188,22 @@ def _split_port(netloc: str, original: str) -> tuple[str, str]:
 
 
 def _canonical_host(host: str, original: str) -> str:
+    canonical, reason = _host_form(host)
+    if reason:
+        raise UrlError(reason, original)
+    return canonical
+
+
+@lru_cache(maxsize=4096)  # links repeat their hosts; IPv4 parsing alone costs ~10 us
+def _host_form(host: str) -> tuple[str, str]:
+    """``(canonical host, "")``, or ``("", reason)`` if ``host`` has no canonical form."""
+    try:
+        return _canonical_host_uncached(host, host), ""
+    except UrlError as e:
+        return "", e.reason
+
+
+def _canonical_host_uncached(host: str, original: str) -> str:
     if not host:
         raise UrlError("no_host", original)
     if host[0] == "[":
@@ -379,3 +408,50 @@ class UrlRules:
         return canonicalize(
             url, base, tracking_params=self.tracking_params, max_length=self.max_length
         )
+
+
+class LinkCanonicalizer:
+    """``UrlRules.canonicalize`` for the links of pages, behind a bounded cache.
+
+    Pages repeat their links (navigation, footers, the same page linked from many others), and a
+    canonicalization costs ~15 us. The cache key is the link with only what its resolution reads
+    of the base: nothing for an absolute ``http(s)://host...`` link, the origin for a rooted
+    ``/path``, the directory for a relative path, and the whole base for the rest (``?q``, ``#f``,
+    an empty link, links with tabs or newlines, which browsers drop). ``base`` must be canonical.
+    """
+
+    def __init__(self, rules: UrlRules, size: int = 50_000) -> None:
+        self.rules = rules
+        self._cached = lru_cache(maxsize=size)(self._canonical_or_none)
+
+    def link(self, href: str, base: str) -> str | None:
+        """The canonical form of ``href`` on a page at ``base``, or None if it has none."""
+        return self._cached(href, _resolution_base(href, base))
+
+    def _canonical_or_none(self, href: str, base: str | None) -> str | None:
+        try:
+            return self.rules.canonicalize(href, base=base)
+        except UrlError:
+            return None
+
+
+def _resolution_base(href: str, base: str) -> str | None:
+    """What of the canonical ``base`` resolving ``href`` depends on, as a base URL (or None)."""
+    first = href[:1]
+    if not first or first <= " " or first in "?#\\" or _BROWSER_DROPS(href):
+        return base
+    path_start = base.find("/", base.find("://") + 3)
+    if path_start < 0:
+        return base
+    if first == "/":
+        if href[1:2] in ("/", "\\"):  # scheme-relative: the scheme, but "//" alone reads the path
+            return base
+        return base[: path_start + 1]  # rooted: the origin
+    if href.startswith(("http://", "https://")):
+        after = href[href.index("//") + 2 : href.index("//") + 3]
+        # No host ("http:///x", "http://?q") makes it relative to the base's origin or document.
+        return None if after and after not in "/\\?#" else base
+    if ":" in href:  # "http:" or "http:?q" with the base's scheme is the base document
+        return base
+    query = base.find("?")  # a relative path: the directory
+    return base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from jetcrawl.settings import Settings
-from jetcrawl.urls import UrlRules
+from jetcrawl.urls import LinkCanonicalizer, UrlRules
 from tests.badsite import STREAM_BYTES, BadSite, MiB, RawServer
 from worker.errors import FetchError
 from worker.fetcher import ACCEPT_ENCODING, Fetcher, media_type
@@ -358,7 +358,7 @@ async def test_a_latin1_page_is_decoded_by_its_http_charset(
     )
     got = await fetcher.fetch(badsite.url("/latin1.html"))
     assert got.charset == "iso-8859-1"
-    parsed = extract(got.body, got.final_url, got.charset, UrlRules())
+    parsed = extract(got.body, got.final_url, got.charset, LinkCanonicalizer(UrlRules()))
     assert parsed.title == "Caf\u00e9 cr\u00e8me \u00e0 la fran\u00e7aise"
     assert parsed.links == (badsite.url("/%C3%A9t%C3%A9"),), "the href decoded, then UTF-8 encoded"
 
@@ -371,7 +371,8 @@ async def test_a_shift_jis_page_is_decoded_by_its_meta_charset(
     badsite.add("/sjis.html", page.encode("shift_jis"), content_type="text/html")  # no charset
     got = await fetcher.fetch(badsite.url("/sjis.html"))
     assert got.charset is None
-    assert extract(got.body, got.final_url, got.charset, UrlRules()).title == title
+    parsed = extract(got.body, got.final_url, got.charset, LinkCanonicalizer(UrlRules()))
+    assert parsed.title == title
 
 
 # --- the object

@@ -5,16 +5,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetcrawl.urls import UrlRules
+from jetcrawl.urls import LinkCanonicalizer, UrlRules
 from worker.parse import Page, extract
 
 PAGE = "https://example.com/dir/page.html"
 RULES = UrlRules()
+LINKS = LinkCanonicalizer(RULES)
 
 
 def links_of(html: str | bytes, page_url: str = PAGE, charset: str | None = "utf-8") -> Page:
     raw = html.encode() if isinstance(html, str) else html
-    return extract(raw, page_url, charset, RULES)
+    return extract(raw, page_url, charset, LINKS)
 
 
 def test_relative_links_resolve_against_the_page() -> None:
@@ -127,7 +128,7 @@ def test_invalid_utf8_becomes_replacement_characters() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2048), st.sampled_from([None, "utf-8", "windows-1252", "utf-16", "x"]))
 def test_garbage_bytes_never_raise(html: bytes, charset: str | None) -> None:
-    page = extract(html, PAGE, charset, RULES)
+    page = extract(html, PAGE, charset, LINKS)
     assert PAGE not in page.links
 
 
@@ -167,7 +168,7 @@ _TAG_SOUP = st.lists(st.sampled_from(_SOUP_PIECES) | st.text(max_size=8), max_si
 @given(_TAG_SOUP)
 def test_tag_soup_never_raises(html: str) -> None:
     raw = html.encode("utf-8", "surrogatepass")
-    page = extract(raw, PAGE, "utf-8", RULES)
+    page = extract(raw, PAGE, "utf-8", LINKS)
     assert len(set(page.links)) == len(page.links)
     for link in page.links:
         assert RULES.canonicalize(link) == link

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 import nats
 import pytest
@@ -16,7 +16,9 @@ from jetcrawl.errors import UrlError
 from jetcrawl.settings import Settings
 from jetcrawl.urls import (
     DEFAULT_TRACKING,
+    LinkCanonicalizer,
     UrlRules,
+    _split,
     canonicalize,
     fingerprint,
     fnv1a_32,
@@ -430,6 +432,60 @@ def test_resolution_agrees_with_urljoin(segments: list[str], prefix: str, suffix
     link = prefix + "/".join(segments) + suffix
     expected = canonicalize(urljoin(RFC3986_BASE, link))
     assert canonicalize(link, RFC3986_BASE) == expected
+
+
+_PRINTABLE = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E))
+
+
+@settings(max_examples=500)
+@given(url_ish() | relative_ish() | _PRINTABLE)
+@example("a:b:c//d?e#f?g")
+@example("1a://b")
+@example("HTTP://[::1]/x")
+def test_the_fast_split_agrees_with_urlsplit(url: str) -> None:
+    """``_split`` reads printable ASCII with RFC 3986's regex instead of urlsplit: same parts."""
+    url = url.replace("\\", "")  # backslashes are browsers' slashes, on purpose unlike urlsplit
+    try:
+        expected: SplitResult | str = urlsplit(url)
+    except ValueError as e:
+        expected = str(e)
+    try:
+        got: SplitResult | str = _split(url)
+    except ValueError as e:
+        got = str(e)
+    assert got == expected
+
+
+# One canonicalizer for every example: a cache key that reads too little of the base would hand
+# a link the canonical form it had on another page.
+LINKS = LinkCanonicalizer(UrlRules(), size=512)
+BASES = (
+    "http://example.com/",
+    "http://example.com/a/b.html",
+    "http://example.com/a/b.html?x=1",
+    "http://example.com/a/c/",
+    "https://example.com/a/b.html",
+    "http://example.com:8080/a/b.html",
+    "http://other.example/a/b.html",
+    "http://other.example/a/b.html?q=/x/y",
+    "http://127.0.0.1/a/",
+)
+
+
+@settings(max_examples=1000)
+@given(relative_ish() | url_ish() | st.text(max_size=12), st.sampled_from(BASES))
+@example("//", "http://example.com/a/b.html")
+@example("\\\\", "http://example.com/a/b.html")
+@example("http://", "https://example.com/a/b.html")
+@example("http:///x", "http://other.example/a/b.html")
+@example("/\tx", "http://example.com/a/b.html")
+def test_cached_link_canonicalization_agrees_with_canonicalize(link: str, base: str) -> None:
+    try:
+        expected: str | None = canonicalize(link, base)
+    except UrlError:
+        expected = None
+    assert LINKS.link(link, base) == expected
+    assert LINKS.link(link, base) == expected  # and once more, from the cache
 
 
 # --- fingerprint --------------------------------------------------------------------------------

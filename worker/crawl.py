@@ -30,7 +30,7 @@ from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
-from jetcrawl.urls import UrlRules, host_of, in_scope
+from jetcrawl.urls import LinkCanonicalizer, UrlRules, host_of, in_scope
 from otel import current_trace_id
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
@@ -95,7 +95,7 @@ class TaskProcessor:
         self._fetcher = fetcher
         self._robots = robots
         self._politeness = politeness
-        self._rules = UrlRules.from_settings(settings)
+        self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
         self._backoff = Backoff(
             settings.task_max_deliver, settings.retry_base_delay_s, settings.retry_max_delay_s
         )
@@ -190,7 +190,7 @@ class TaskProcessor:
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
             with self._telemetry.parse():
-                page = extract(fetched.body, fetched.final_url, fetched.charset, self._rules)
+                page = extract(fetched.body, fetched.final_url, fetched.charset, self._links)
         self.stats.fetched += 1
         result = self._result(task, owner, started, attempt, "fetched", fetched, page)
         if fetched.body:

@@ -3,7 +3,8 @@
 ``extract`` parses with selectolax's lexbor engine and returns a ``Page``: the title and the
 canonical outlinks of ``<a href>`` and ``<area href>``, resolved against the first
 ``<base href>`` (itself resolved against the page URL) or else the page URL. Links are
-canonicalized by the crawl's ``UrlRules``; what does not canonicalize (``mailto:``,
+canonicalized by the crawl's ``UrlRules`` through a ``LinkCanonicalizer``, whose cache makes a link
+seen before cost a dict lookup instead of a parse; what does not canonicalize (``mailto:``,
 ``javascript:``, garbage) is counted in ``invalid_links``, not raised. ``rel=nofollow`` links are
 kept: the hint is about ranking, and scope rules decide what gets crawled.
 
@@ -23,7 +24,7 @@ from functools import lru_cache
 from selectolax.lexbor import LexborHTMLParser
 
 from jetcrawl.errors import UrlError
-from jetcrawl.urls import UrlRules
+from jetcrawl.urls import LinkCanonicalizer
 
 __all__ = ["Page", "extract"]
 
@@ -45,7 +46,7 @@ class Page:
     invalid_links: int  # hrefs that do not canonicalize (mailto:, javascript:, garbage)
 
 
-def extract(html: bytes, page_url: str, charset: str | None, rules: UrlRules) -> Page:
+def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCanonicalizer) -> Page:
     """The title and outlinks of the HTML page ``html`` fetched from ``page_url`` (canonical)."""
     tree = _parse(html, charset)
 
@@ -55,7 +56,7 @@ def extract(html: bytes, page_url: str, charset: str | None, rules: UrlRules) ->
         if base_href is not None:
             # A base that is no http(s) URL is ignored, as browsers ignore it for links.
             with suppress(UrlError):
-                base = rules.canonicalize(base_href, base=page_url)
+                base = canonical.rules.canonicalize(base_href, base=page_url)
             break
 
     # tags() walks the tree without starting the CSS engine (~40 us a page); only a page with an
@@ -64,16 +65,17 @@ def extract(html: bytes, page_url: str, charset: str | None, rules: UrlRules) ->
     seen_hrefs: set[str] = set()
     links: dict[str, None] = {}  # an ordered set
     invalid = 0
-    canonicalize = rules.canonicalize
+    link = canonical.link
     for node in nodes:
         href = node.attrs.get("href")
         if href is None or href in seen_hrefs:  # the same text canonicalizes the same way
             continue
         seen_hrefs.add(href)
-        try:
-            links[canonicalize(href, base=base)] = None
-        except UrlError:
+        url = link(href, base)
+        if url is None:
             invalid += 1
+        else:
+            links[url] = None
     links.pop(page_url, None)
 
     title = None
