@@ -10,8 +10,8 @@ a rejection with a reason.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from jetcrawl.errors import MessageError, UrlError
 from jetcrawl.messages import Discovered, Lineage, Seed, SeedReject, Task, decode_seeds
@@ -23,6 +23,12 @@ CANONICAL_CACHE_SIZE = 50_000
 SEED_STAGE = "seeds"
 DISCOVERED_STAGE = "discovered"
 FRONTIER_STAGE = "frontier"
+
+
+class _Link(NamedTuple):
+    url: str  # canonical
+    fp: str
+    repeated: int  # most_repeated_segment(url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +55,9 @@ class Intake:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._rules = UrlRules.from_settings(settings)
-        # Discovered links repeat from page to page (navigation, footers): their canonical form
-        # is remembered, bounded, so most cost a dict lookup instead of a parse.
-        self._canonical: OrderedDict[str, str] = OrderedDict()
+        # Discovered links repeat from page to page (navigation, footers): their canonical form,
+        # fingerprint and trap measure are remembered, bounded, so most cost a dict lookup.
+        self._links: dict[str, _Link] = {}
 
     def read(self, subject: str, data: bytes) -> Reading:
         if subject == SEEDS:
@@ -93,16 +99,16 @@ class Intake:
         )
         return Task(url=url, fp=fingerprint(url), depth=0, lineage=lineage, parent=None)
 
-    def _canonicalize(self, link: str) -> str:
-        url = self._canonical.get(link)
-        if url is None:
-            url = self._rules.canonicalize(link)
-            self._canonical[link] = url
-            if len(self._canonical) > CANONICAL_CACHE_SIZE:
-                self._canonical.popitem(last=False)
-        else:
-            self._canonical.move_to_end(link)
-        return url
+    def _link(self, link: str) -> _Link:
+        """What the intake needs of a link, remembered: links repeat from page to page."""
+        known = self._links.get(link)
+        if known is None:
+            url = self._rules.canonicalize(link)  # raises UrlError, which is not remembered
+            known = _Link(url, fingerprint(url), most_repeated_segment(url))
+            if len(self._links) >= CANONICAL_CACHE_SIZE:
+                del self._links[next(iter(self._links))]  # the oldest
+            self._links[link] = known
+        return known
 
     def _read_discovered(self, data: bytes) -> Reading:
         reading = Reading()
@@ -116,27 +122,22 @@ class Intake:
         if page.depth > lineage.max_depth:
             reading.too_deep = len(page.links)
             return reading
+        max_repeated = self._settings.max_repeated_segments
+        any_scope = lineage.scope == "any"
+        tasks = reading.tasks
         for link in page.links:
             try:
-                url = self._canonicalize(link)
+                url, fp, repeated = self._link(link)
             except UrlError as e:
                 reading.rejections.append(
                     Rejection(DISCOVERED_STAGE, e.reason, f"link of {page.parent}", link.encode())
                 )
                 continue
-            if not in_scope(url, lineage.scope, lineage.root):
+            if not any_scope and not in_scope(url, lineage.scope, lineage.root):
                 reading.out_of_scope += 1
                 continue
-            if 0 < self._settings.max_repeated_segments < most_repeated_segment(url):
+            if 0 < max_repeated < repeated:
                 reading.traps += 1
                 continue
-            reading.tasks.append(
-                Task(
-                    url=url,
-                    fp=fingerprint(url),
-                    depth=page.depth,
-                    lineage=lineage,
-                    parent=page.parent,
-                )
-            )
+            tasks.append(Task(url, fp, page.depth, lineage, page.parent))
         return reading

@@ -69,7 +69,7 @@ class SeenSet:
         if entry is None:
             return None
         mark, trusted_until = entry
-        if time.monotonic() >= trusted_until:
+        if trusted_until != math.inf and time.monotonic() >= trusted_until:
             del self._cache[fp]  # the bucket's copy may have expired: ask it
             return None
         self._cache.move_to_end(fp)

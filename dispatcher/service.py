@@ -153,6 +153,8 @@ class Dispatcher:
                 await self._pause(RETRY_DELAY_S)
                 continue
             await self._handle(msgs)
+            if len(msgs) < self._settings.dispatch_batch and self._settings.dispatch_linger_s > 0:
+                await self._pause(self._settings.dispatch_linger_s)  # let the frontier fill up
 
     async def wait_until(self, predicate: Callable[[DispatchStats], bool]) -> None:
         """Wait until ``predicate(stats)`` holds (callers bound it with ``asyncio.timeout``)."""
@@ -239,18 +241,21 @@ class Dispatcher:
         assert self._host_quota is not None
         seen = self._seen
         seqs = [m.metadata.sequence.stream for m in msgs]
-        pairs: list[tuple[int, Task]] = []
+        redelivered = [m.metadata.num_delivered > 1 for m in msgs]
+        pairs: list[tuple[int, Task, str]] = []  # (message index, task, seen key)
         to_create: dict[str, int] = {}
         by_job: dict[str, list[str]] = {}
         by_host: dict[str, list[str]] = {}
+        cached = seen.cached
         for i, reading in enumerate(readings):
             for task in reading.tasks:
-                pairs.append((i, task))
-                if task.seen_key not in to_create and seen.cached(task.seen_key) is None:
-                    to_create[task.seen_key] = seqs[i]
-                    by_job.setdefault(task.lineage.job, []).append(task.seen_key)
+                key = task.seen_key
+                pairs.append((i, task, key))
+                if key not in to_create and cached(key) is None:
+                    to_create[key] = seqs[i]
+                    by_job.setdefault(task.lineage.job, []).append(key)
                     host = host_key(task.lineage.job, host_of(task.url))
-                    by_host.setdefault(host, []).append(task.seen_key)
+                    by_host.setdefault(host, []).append(key)
         if self._quota.limited:
             granted_by_job = {}
             for job, fps in by_job.items():
@@ -280,36 +285,38 @@ class Dispatcher:
 
         # On redelivery, a mark that carries this message's sequence may lack its task.
         unknown = {
-            task.seen_key
-            for i, task in pairs
-            if msgs[i].metadata.num_delivered > 1
-            and task.seen_key not in created_by
-            and (seen.cached(task.seen_key) or UNKNOWN).revision == 0
+            key
+            for i, _, key in pairs
+            if redelivered[i] and key not in created_by and (cached(key) or UNKNOWN).revision == 0
         }
         for fp in unknown:
             await seen.read(fp)
 
         out: list[tuple[int, Task]] = []
         published: set[str] = set()
-        for i, task in pairs:
-            mark = created_by.get(task.seen_key)
-            if task.seen_key in published:
-                self.stats.duplicates += 1
+        duplicates = 0
+        for i, task, key in pairs:
+            mark = created_by.get(key)
+            if mark is None and not redelivered[i]:
+                duplicates += 1  # the common case: a link to a URL already seen
+            elif key in published:
+                duplicates += 1
             elif mark is not None and mark.origin == seqs[i]:
                 out.append((i, self._generation(task, mark.revision)))
-                published.add(task.seen_key)
+                published.add(key)
                 self.stats.admitted += 1
             elif (
-                msgs[i].metadata.num_delivered > 1
+                redelivered[i]
                 and mark is None
-                and (known := seen.cached(task.seen_key)) is not None
+                and (known := cached(key)) is not None
                 and known.origin == seqs[i]
             ):
                 out.append((i, self._generation(task, known.revision)))
-                published.add(task.seen_key)
+                published.add(key)
                 self.stats.republished += 1
             else:
-                self.stats.duplicates += 1
+                duplicates += 1
+        self.stats.duplicates += duplicates
         return out
 
     async def _reserve_hosts(

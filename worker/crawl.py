@@ -145,11 +145,11 @@ class TaskProcessor:
                 await msg.nak()
             raise
         if turn is None:
-            await msg.nak()  # lease lost: the next owner takes it at once
+            await self._outbox.nak(msg)  # lease lost: the next owner takes it at once
             return
         if isinstance(turn, Deferred):
             self._remember_deferral(seq, deferrals + 1)
-            await msg.nak(delay=turn.delay_s)
+            await self._outbox.nak(msg, delay=turn.delay_s)
             self.stats.deferred += 1
             return
         pause_s = None
@@ -364,7 +364,7 @@ class TaskProcessor:
         if self._settings.fault == FAULT_AFTER_RESULT:
             log.error("fault injection: exiting after the result, before the ack")
             os._exit(137)
-        await msg.ack()
+        await self._outbox.ack(msg)
         self.stats.tasks += 1
         self._telemetry.finished(result)
         if links is not None:
@@ -373,7 +373,7 @@ class TaskProcessor:
             self.stats.dead_letters += 1
 
     async def _retry(self, msg: Msg, delay_s: float) -> None:
-        await msg.nak(delay=delay_s)
+        await self._outbox.nak(msg, delay=delay_s)
         self.stats.retried += 1
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
@@ -397,6 +397,6 @@ class TaskProcessor:
         log.warning(
             "dead-lettered task (seq %d): %s %s", msg.metadata.sequence.stream, reason, detail
         )
-        await msg.term()
+        await self._outbox.term(msg)
         self.stats.dead_letters += 1
         self.stats.tasks += 1

@@ -95,7 +95,11 @@ class Worker:
         self._processor = TaskProcessor(
             self._settings,
             self.worker_id,
-            Outbox(self._nc, tracer=self._tracing.tracer),
+            Outbox(
+                self._nc,
+                tracer=self._tracing.tracer,
+                linger_s=self._settings.publish_linger_s,
+            ),
             fetcher,
             robots,
             self.politeness,
