@@ -17,7 +17,10 @@ from worker.capacity import Capacity
 from worker.politeness import Deferred, Politeness, Slot, Turn, turn_at
 from worker.retry import Backoff, retry_after_s, retry_delay, retryable
 
-NEVER = asyncio.Event()
+
+def never() -> asyncio.Event:
+    """An event nothing sets (made per wait: an Event binds to the first loop that waits on it)."""
+    return asyncio.Event()
 
 
 def politeness(
@@ -29,7 +32,7 @@ def politeness(
 
 
 async def turn(p: Politeness, host: str, crawl_delay: float | None = None) -> Turn:
-    got = await p.turn(host, crawl_delay, deferrable=True, unless=NEVER)
+    got = await p.turn(host, crawl_delay, deferrable=True, unless=never())
     assert isinstance(got, Turn)
     return got
 
@@ -98,6 +101,43 @@ async def test_a_waiting_task_takes_a_fetch_slot_only_for_its_turn() -> None:
     assert fetch.in_flight == 0
 
 
+async def test_freed_fetch_slots_go_to_waiting_tasks_in_the_order_they_asked() -> None:
+    p, fetch, _ = politeness(fetch_slots=1)
+    running = await turn(p, "a")
+    order: list[str] = []
+
+    async def queued(host: str) -> Turn:
+        got = await turn(p, host)
+        order.append(host)
+        return got
+
+    waiting = []
+    for host in ("b", "c", "d"):  # every host is ready; only the fetch slot is missing
+        waiting.append(asyncio.create_task(queued(host)))
+        await asyncio.sleep(0)
+    for task in waiting:
+        p.done(running)
+        running = await asyncio.wait_for(task, 1)
+        assert fetch.in_flight == 1
+    p.done(running)
+    assert order == ["b", "c", "d"]
+
+
+async def test_a_task_woken_for_a_slot_it_cannot_use_passes_it_on() -> None:
+    p, fetch, _ = politeness(fetch_slots=1)
+    running = await turn(p, "a")
+    first = asyncio.create_task(turn(p, "paused"))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(turn(p, "other"))
+    await asyncio.sleep(0)
+    p.pause("paused", 5.0)  # the first in line may not go after all
+    p.done(running)
+    p.done(await asyncio.wait_for(second, 1))  # the slot went on to the next in line
+    assert not first.done()
+    first.cancel()
+    assert fetch.in_flight == 0
+
+
 async def test_a_retry_after_pauses_the_host_from_now() -> None:
     p, _, _ = politeness()
     first = await turn(p, "h")
@@ -147,9 +187,9 @@ async def test_a_full_holding_hands_back_the_furthest_turns_beyond_the_horizon()
     for _ in range(7):
         held.try_take()
     waits = [
-        asyncio.create_task(p.turn("slow", None, deferrable=True, unless=NEVER)) for _ in range(6)
+        asyncio.create_task(p.turn("slow", None, deferrable=True, unless=never())) for _ in range(6)
     ]
-    keep = asyncio.create_task(p.turn("slow", None, deferrable=False, unless=NEVER))
+    keep = asyncio.create_task(p.turn("slow", None, deferrable=False, unless=never()))
     await asyncio.sleep(0.05)
     assert held.try_take() and held.free_slots == 0
     fast = await turn(p, "fast")  # arriving into a full holding makes room

@@ -6,8 +6,9 @@ it back when acked or handed back. A loop that fetched while another filled the 
 few fetched tasks until places free up (at most one fetch batch per shard).
 
 The fetch slots (``concurrency``): a task takes one for its host's turn only
-(:mod:`worker.politeness`, with ``try_take`` and ``freed``), so requests in flight never exceed
-``concurrency`` while tasks waiting for their host hold none.
+(:mod:`worker.politeness`, with ``try_take``; politeness passes a freed one to the next task in
+line), so requests in flight never exceed ``concurrency`` while tasks waiting for their host hold
+none.
 """
 
 from __future__ import annotations
@@ -59,11 +60,6 @@ class Capacity:
         if self._used >= self._limit:
             self._free.clear()
         return True
-
-    @property
-    def freed(self) -> asyncio.Event:
-        """Set while a slot is free (for waiting on it together with other events)."""
-        return self._free
 
     def try_take(self) -> bool:
         """Take one slot if one is free, without waiting."""
