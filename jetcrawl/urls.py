@@ -88,6 +88,13 @@ _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*").fullmatch
 _RFC3986_PARTS = re.compile(
     r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.DOTALL
 ).fullmatch
+# The common link: http(s), a plain host, and path and query of characters RFC 3986 allows as
+# they are (no escapes, no userinfo, no IP literal); what canonicalize() does to it is short.
+_PLAIN_HTTP = re.compile(
+    r"(https?)://([A-Za-z0-9._-]+)(?::([0-9]*))?(/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*)?"
+    r"(?:\?([A-Za-z0-9\-._~!$&'()*+,;=:@/?]*))?(?:#.*)?",
+    re.DOTALL,
+).fullmatch
 _NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
 _BROWSER_DROPS = re.compile(r"[\t\n\r]").search  # urlsplit drops these anywhere, as browsers do
 
@@ -104,6 +111,12 @@ def canonicalize(
     url = url.strip(_C0_CONTROL_OR_SPACE)
     if len(url) > _MAX_INPUT_FACTOR * max_length:
         raise UrlError("too_long", original)
+    if base is None and (plain := _PLAIN_HTTP(url)) is not None:
+        canonical = _canonical_plain(plain, tracking_params)
+        if canonical is not None:
+            if len(canonical) > max_length:
+                raise UrlError("too_long", original)
+            return canonical
     try:
         parts = _split(url)
         if base is not None and not (parts.scheme and parts.netloc):
@@ -130,6 +143,29 @@ def canonicalize(
     if len(canonical) > max_length:
         raise UrlError("too_long", original)
     return canonical
+
+
+def _canonical_plain(plain: re.Match[str], tracking_params: frozenset[str]) -> str | None:
+    """The fast path: an absolute http(s) URL of characters that need no escaping; None if it
+    has a host or port this path leaves to the general one."""
+    scheme, host, port, path, query = plain.groups()
+    canonical_host, reason = _host_form(host)
+    if reason:
+        return None
+    if port:
+        if port[0] == "0" or len(port) > 5 or int(port) > 65535:
+            return None
+        if port != _SCHEMES[scheme]:
+            canonical_host = f"{canonical_host}:{port}"
+    if not path:
+        path = "/"
+    elif "/." in path:
+        path = _remove_dot_segments(path)
+    if query:
+        query = _canonical_query(query, tracking_params)
+        if query:
+            return f"{scheme}://{canonical_host}{path}?{query}"
+    return f"{scheme}://{canonical_host}{path}"
 
 
 def _split(url: str) -> SplitResult:
@@ -414,10 +450,12 @@ class LinkCanonicalizer:
     """``UrlRules.canonicalize`` for the links of pages, behind a bounded cache.
 
     Pages repeat their links (navigation, footers, the same page linked from many others), and a
-    canonicalization costs ~15 us. The cache key is the link with only what its resolution reads
-    of the base: nothing for an absolute ``http(s)://host...`` link, the origin for a rooted
-    ``/path``, the directory for a relative path, and the whole base for the rest (``?q``, ``#f``,
-    an empty link, links with tabs or newlines, which browsers drop). ``base`` must be canonical.
+    canonicalization costs several microseconds. A link is first made absolute where that is a
+    plain join — a rooted ``/path`` onto the base's origin, a relative path onto its directory
+    (RFC 3986's merge) — and an absolute ``http(s)://host...`` link stands as it is; the cache
+    key is that absolute URL, so one target written different ways shares an entry. Anything
+    else (``?q``, ``#f``, ``//host``, an empty link, links with tabs, newlines or backslashes,
+    which browsers rewrite) is keyed with its whole base. ``base`` must be canonical.
     """
 
     def __init__(self, rules: UrlRules, size: int = 50_000) -> None:
@@ -426,32 +464,36 @@ class LinkCanonicalizer:
 
     def link(self, href: str, base: str) -> str | None:
         """The canonical form of ``href`` on a page at ``base``, or None if it has none."""
-        return self._cached(href, _resolution_base(href, base))
+        url, resolve_against = _absolute_link(href, base)
+        if resolve_against is None and (cut := url.find("#")) > 0 and url[cut - 1] > " ":
+            url = url[:cut]  # an absolute URL's fragment changes nothing (what ends before it may)
+        return self._cached(url, resolve_against)
 
-    def _canonical_or_none(self, href: str, base: str | None) -> str | None:
+    def _canonical_or_none(self, url: str, base: str | None) -> str | None:
         try:
-            return self.rules.canonicalize(href, base=base)
+            return self.rules.canonicalize(url, base=base)
         except UrlError:
             return None
 
 
-def _resolution_base(href: str, base: str) -> str | None:
-    """What of the canonical ``base`` resolving ``href`` depends on, as a base URL (or None)."""
+def _absolute_link(href: str, base: str) -> tuple[str, str | None]:
+    """``(url, base)`` to canonicalize for ``href`` on the page at the canonical ``base``: the
+    absolute URL alone (base None) where joining is all resolution does, else both as they are."""
     first = href[:1]
     if not first or first <= " " or first in "?#\\" or _BROWSER_DROPS(href):
-        return base
+        return href, base
     path_start = base.find("/", base.find("://") + 3)
     if path_start < 0:
-        return base
+        return href, base
     if first == "/":
         if href[1:2] in ("/", "\\"):  # scheme-relative: the scheme, but "//" alone reads the path
-            return base
-        return base[: path_start + 1]  # rooted: the origin
+            return href, base
+        return base[:path_start] + href, None  # rooted: onto the origin
     if href.startswith(("http://", "https://")):
         after = href[href.index("//") + 2 : href.index("//") + 3]
         # No host ("http:///x", "http://?q") makes it relative to the base's origin or document.
-        return None if after and after not in "/\\?#" else base
+        return (href, None) if after and after not in "/\\?#" else (href, base)
     if ":" in href:  # "http:" or "http:?q" with the base's scheme is the base document
-        return base
-    query = base.find("?")  # a relative path: the directory
-    return base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1]
+        return href, base
+    query = base.find("?")  # a relative path: onto the directory
+    return base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1] + href, None

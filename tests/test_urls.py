@@ -8,13 +8,14 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 import nats
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from jetcrawl.embedded import NatsServer
 from jetcrawl.errors import UrlError
 from jetcrawl.settings import Settings
 from jetcrawl.urls import (
+    _C0_CONTROL_OR_SPACE,
     DEFAULT_TRACKING,
     LinkCanonicalizer,
     UrlRules,
@@ -456,6 +457,31 @@ def test_the_fast_split_agrees_with_urlsplit(url: str) -> None:
     assert got == expected
 
 
+def _outcome(url: str, base: str | None) -> str:
+    try:
+        return canonicalize(url, base)
+    except UrlError as e:
+        return f"UrlError {e.reason}"
+
+
+@settings(max_examples=1000)
+@given(url_ish() | st.builds(lambda s: "http://" + s, _PRINTABLE))
+@example("http://h:0080/a")
+@example("http://h:/a/./b/../c?utm_source=x&b=2&a=1#f")
+@example("HTTP://Example.COM:80")
+@example("http://1.2.3.4.5/")
+@example("http://999.1.1.1/")
+def test_the_fast_path_agrees_with_the_general_one(url: str) -> None:
+    """Without a base, plain http(s) URLs skip the general path; a base forces it, and one of
+    another scheme leaves a URL that has a scheme unresolved (RFC 3986 5.2.2, non-strict)."""
+    try:
+        scheme = urlsplit(url.strip(_C0_CONTROL_OR_SPACE).replace("\\", "/")).scheme
+    except ValueError:
+        scheme = ""
+    assume(scheme not in ("", "ftp"))
+    assert _outcome(url, None) == _outcome(url, "ftp://other.example/x/y")
+
+
 # One canonicalizer for every example: a cache key that reads too little of the base would hand
 # a link the canonical form it had on another page.
 LINKS = LinkCanonicalizer(UrlRules(), size=512)
@@ -479,6 +505,8 @@ BASES = (
 @example("http://", "https://example.com/a/b.html")
 @example("http:///x", "http://other.example/a/b.html")
 @example("/\tx", "http://example.com/a/b.html")
+@example("http://example.com/ #", "http://example.com/")
+@example("a b#c", "http://example.com/a/b.html")
 def test_cached_link_canonicalization_agrees_with_canonicalize(link: str, base: str) -> None:
     try:
         expected: str | None = canonicalize(link, base)
