@@ -10,11 +10,20 @@ a rejection with a reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jetcrawl.errors import MessageError, UrlError
-from jetcrawl.messages import Discovered, Lineage, Seed, SeedReject, Task, decode_seeds
+from jetcrawl.messages import (
+    Discovered,
+    Lineage,
+    Seed,
+    SeedReject,
+    Task,
+    decode_seeds,
+    seen_key,
+)
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, SEEDS
 from jetcrawl.urls import UrlRules, fingerprint, in_scope, most_repeated_segment, scope_root
@@ -48,6 +57,7 @@ class Reading:
     out_of_scope: int = 0
     too_deep: int = 0
     traps: int = 0
+    known: int = 0  # links the caller's ``known`` said were seen already
     unreadable: bool = False  # nothing in it could be read: terminate it after dead-lettering
 
 
@@ -59,11 +69,15 @@ class Intake:
         # fingerprint and trap measure are remembered, bounded, so most cost a dict lookup.
         self._links: dict[str, _Link] = {}
 
-    def read(self, subject: str, data: bytes) -> Reading:
+    def read(
+        self, subject: str, data: bytes, known: Callable[[str], object | None] | None = None
+    ) -> Reading:
+        """What the message holds. ``known(seen_key)``, when given, says which discovered links
+        are already seen (not None): those are only counted (``Reading.known``), not tasks."""
         if subject == SEEDS:
             return self._read_seeds(data)
         if subject == DISCOVERED:
-            return self._read_discovered(data)
+            return self._read_discovered(data, known)
         reading = Reading(unreadable=True)
         reading.rejections.append(
             Rejection(FRONTIER_STAGE, "unknown_subject", f"subject {subject!r}", data)
@@ -110,7 +124,9 @@ class Intake:
             self._links[link] = known
         return known
 
-    def _read_discovered(self, data: bytes) -> Reading:
+    def _read_discovered(
+        self, data: bytes, known: Callable[[str], object | None] | None
+    ) -> Reading:
         reading = Reading()
         try:
             page = Discovered.from_wire(data)
@@ -123,6 +139,7 @@ class Intake:
             reading.too_deep = len(page.links)
             return reading
         max_repeated = self._settings.max_repeated_segments
+        job = lineage.job
         any_scope = lineage.scope == "any"
         tasks = reading.tasks
         for link in page.links:
@@ -138,6 +155,9 @@ class Intake:
                 continue
             if 0 < max_repeated < repeated:
                 reading.traps += 1
+                continue
+            if known is not None and known(seen_key(job, url, fp)) is not None:
+                reading.known += 1  # most links: no Task object, no further look
                 continue
             tasks.append(Task(url, fp, page.depth, lineage, page.parent))
         return reading

@@ -168,7 +168,13 @@ class Dispatcher:
         trace = BatchTrace(self._tracing, msgs, self._settings.trace_continue_depth)
         if msgs:
             self.frontier_backlog = msgs[-1].metadata.num_pending or 0
-        readings = [self._intake.read(m.subject, m.data) for m in msgs]
+        # A first delivery's links that the seen cache knows are duplicates, settled in the
+        # intake; a redelivery looks at every link (its marks may lack their tasks).
+        known = self._seen.cached
+        readings = [
+            self._intake.read(m.subject, m.data, known if m.metadata.num_delivered == 1 else None)
+            for m in msgs
+        ]
         try:
             tasks = await self._admit(msgs, readings)
         except SeenSetUnavailable as e:
@@ -316,7 +322,7 @@ class Dispatcher:
                 self.stats.republished += 1
             else:
                 duplicates += 1
-        self.stats.duplicates += duplicates
+        self.stats.duplicates += duplicates + sum(reading.known for reading in readings)
         return out
 
     async def _reserve_hosts(

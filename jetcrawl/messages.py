@@ -204,6 +204,13 @@ class Lineage:
         )
 
 
+def seen_key(job: str, url: str, fp: str) -> str:
+    """``Task.seen_key`` of the canonical ``url`` (fingerprint ``fp``) in ``job``."""
+    if job == DEFAULT_JOB:
+        return fp
+    return fingerprint(f"{job}\n{url}")
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One admitted URL on ``crawl.tasks.<shard>``."""
@@ -222,9 +229,7 @@ class Task:
         The default job keeps the plain fingerprint, as the design says; a named job's key is
         the fingerprint of job and URL together, so two jobs over one site both crawl it.
         """
-        if self.lineage.job == DEFAULT_JOB:
-            return self.fp
-        return fingerprint(f"{self.lineage.job}\n{self.url}")
+        return seen_key(self.lineage.job, self.url, self.fp)
 
     @property
     def crawl_id(self) -> str:

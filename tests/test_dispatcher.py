@@ -217,6 +217,35 @@ async def test_a_url_seen_before_is_not_admitted_again(
     assert len(await tasks_by_url(js)) == 11
 
 
+async def test_links_the_seen_cache_knows_are_counted_in_the_intake_without_tasks(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    """The common case: most discovered links were seen. They cost a cache lookup, still count as
+    duplicates, and a named job's links are keyed by job and never mistaken for another's."""
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    default, named = Lineage("default", "any", "", 5), Lineage("other", "any", "", 5)
+    links = tuple(f"https://a.example/{i}" for i in range(6))
+
+    def page(n: int, lineage: Lineage) -> bytes:
+        parent = f"https://a.example/p{n}"
+        return Discovered(parent, fingerprint(parent), 1, lineage, links).to_wire()
+
+    async with running(settings) as dispatcher:
+        await js.publish(DISCOVERED, page(1, default))
+        await finished(dispatcher, 1)
+        assert dispatcher.stats.admitted == 6
+        hits = dispatcher._seen.stats.cache_hits  # type: ignore[union-attr]
+        await js.publish(DISCOVERED, page(2, default))
+        await js.publish(DISCOVERED, page(3, named))  # another job: its own keys, all new
+        await finished(dispatcher, 3)
+        assert dispatcher.stats.admitted == 12 and dispatcher.stats.duplicates == 6
+        assert dispatcher._seen.stats.cache_hits - hits == 6  # type: ignore[union-attr]
+    tasks = [Task.from_wire(m.data) for m in await stored(js, TASKS_STREAM)]
+    assert Counter((t.url, t.lineage.job) for t in tasks) == Counter(
+        {(link, job): 1 for link in links for job in ("default", "other")}
+    )
+
+
 async def test_two_dispatchers_fed_the_same_seeds_admit_each_url_once(
     nats_server: object, nc: NATS, js: JetStreamContext
 ) -> None:
