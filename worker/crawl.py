@@ -192,19 +192,21 @@ class TaskProcessor:
             with self._telemetry.parse():
                 page = extract(fetched.body, fetched.final_url, fetched.charset, self._links)
         self.stats.fetched += 1
-        result = self._result(task, owner, started, attempt, "fetched", fetched, page)
-        if fetched.body:
-            result = await self._keep_body(task, fetched, result)
+        digest, ref = await self._keep_body(task, fetched) if fetched.body else (None, None)
+        result = self._result(
+            task, owner, started, attempt, "fetched", fetched, page, digest=digest, body_ref=ref
+        )
         await self._finish(msg, task, result, self._discovered(task, fetched, page))
 
-    async def _keep_body(self, task: Task, fetched: Fetched, result: Result) -> Result:
-        """The body's digest always; the body itself when kept; validators for re-crawls."""
+    async def _keep_body(self, task: Task, fetched: Fetched) -> tuple[str, str | None]:
+        """The body's digest always; the body itself when kept (its reference); validators for
+        re-crawls."""
         if task.gen and self._validators is not None:
             await self._validators.remember(task.fp, fetched)
         if self._bodies is None:
-            return dataclasses.replace(result, payload_digest=payload_digest(fetched.body))
+            return payload_digest(fetched.body), None
         ref, digest = await self._bodies.put(task.fp, fetched.body)
-        return dataclasses.replace(result, payload_digest=digest, body_ref=ref)
+        return digest, ref
 
     async def _failed(
         self,
@@ -295,6 +297,9 @@ class TaskProcessor:
         outcome: str,
         fetched: Fetched | None,
         page: Page | None,
+        *,
+        digest: str | None = None,
+        body_ref: str | None = None,
     ) -> Result:
         return Result(
             url=task.url,
@@ -320,6 +325,8 @@ class TaskProcessor:
             charset=fetched.charset if fetched else None,
             headers={k.lower(): v for k, v in fetched.headers.items()} if fetched else {},
             trace_id=current_trace_id(),
+            payload_digest=digest,
+            body_ref=body_ref,
         )
 
     def _failure(
