@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -464,36 +465,45 @@ class LinkCanonicalizer:
 
     def link(self, href: str, base: str) -> str | None:
         """The canonical form of ``href`` on a page at ``base``, or None if it has none."""
-        url, resolve_against = _absolute_link(href, base)
-        if resolve_against is None and (cut := url.find("#")) > 0 and url[cut - 1] > " ":
-            url = url[:cut]  # an absolute URL's fragment changes nothing (what ends before it may)
-        return self._cached(url, resolve_against)
+        return self.on_page(base)(href)
+
+    def on_page(self, base: str) -> Callable[[str], str | None]:
+        """``link`` for the page at ``base``, with what the base gives worked out once."""
+        cached = self._cached
+        path_start = base.find("/", base.find("://") + 3)
+        if path_start < 0:  # not canonical: resolve everything the general way
+            return lambda href: cached(href, base)
+        origin = base[:path_start]
+        query = base.find("?")
+        directory = base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1]
+
+        def link(href: str) -> str | None:
+            first = href[:1]
+            if not first or first <= " " or first in "?#\\" or _BROWSER_DROPS(href):
+                return cached(href, base)
+            if first == "/":
+                second = href[1:2]
+                if second == "/" or second == "\\":  # scheme-relative ("//" alone: the path)
+                    return cached(href, base)
+                url = origin + href  # rooted
+            elif href.startswith(("http://", "https://")):
+                after = href[href.index("//") + 2 : href.index("//") + 3]
+                if not after or after in "/\\?#":  # no host: relative to the base after all
+                    return cached(href, base)
+                url = href
+            elif ":" in href:  # "http:" or "http:?q" with the base's scheme is the base document
+                return cached(href, base)
+            else:
+                url = directory + href  # a relative path
+            cut = url.find("#")
+            if cut > 0 and url[cut - 1] > " ":
+                url = url[:cut]  # an absolute URL's fragment changes nothing
+            return cached(url, None)
+
+        return link
 
     def _canonical_or_none(self, url: str, base: str | None) -> str | None:
         try:
             return self.rules.canonicalize(url, base=base)
         except UrlError:
             return None
-
-
-def _absolute_link(href: str, base: str) -> tuple[str, str | None]:
-    """``(url, base)`` to canonicalize for ``href`` on the page at the canonical ``base``: the
-    absolute URL alone (base None) where joining is all resolution does, else both as they are."""
-    first = href[:1]
-    if not first or first <= " " or first in "?#\\" or _BROWSER_DROPS(href):
-        return href, base
-    path_start = base.find("/", base.find("://") + 3)
-    if path_start < 0:
-        return href, base
-    if first == "/":
-        if href[1:2] in ("/", "\\"):  # scheme-relative: the scheme, but "//" alone reads the path
-            return href, base
-        return base[:path_start] + href, None  # rooted: onto the origin
-    if href.startswith(("http://", "https://")):
-        after = href[href.index("//") + 2 : href.index("//") + 3]
-        # No host ("http:///x", "http://?q") makes it relative to the base's origin or document.
-        return (href, None) if after and after not in "/\\?#" else (href, base)
-    if ":" in href:  # "http:" or "http:?q" with the base's scheme is the base document
-        return href, base
-    query = base.find("?")  # a relative path: onto the directory
-    return base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1] + href, None

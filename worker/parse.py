@@ -65,13 +65,13 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
     seen_hrefs: set[str] = set()
     links: dict[str, None] = {}  # an ordered set
     invalid = 0
-    link = canonical.link
+    link = canonical.on_page(base)
     for node in nodes:
         href = node.attrs.get("href")
         if href is None or href in seen_hrefs:  # the same text canonicalizes the same way
             continue
         seen_hrefs.add(href)
-        url = link(href, base)
+        url = link(href)
         if url is None:
             invalid += 1
         else:
