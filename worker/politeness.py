@@ -43,43 +43,17 @@ __all__ = ["Deferred", "Politeness", "Slot", "Turn", "turn_at"]
 
 MAX_SLOTS = 10_000  # beyond this, slots of hosts that constrain nothing any more are dropped
 ROOM_BATCH = 32  # hand-backs per make_room, at most
-UNLESS_CHECK_S = 1.0  # a waiting task looks at its ``unless`` at least this often
 _EWMA = 0.2  # weight of the latest request in a slot's mean request time
 
 
 class _Waiter:
-    """A task waiting for its turn: ``wake()`` ends its current (or next) ``sleep``."""
-
-    __slots__ = ("_future", "_woken", "deferrable", "deferred_for", "wants_slot")
+    __slots__ = ("deferrable", "deferred_for", "wake", "wants_slot")
 
     def __init__(self, deferrable: bool) -> None:
         self.deferrable = deferrable
         self.deferred_for: float | None = None
+        self.wake = asyncio.Event()
         self.wants_slot = False  # its turn has come and it waits for a fetch slot
-        self._woken = False
-        self._future: asyncio.Future[None] | None = None
-
-    def wake(self) -> None:
-        self._woken = True
-        if self._future is not None and not self._future.done():
-            self._future.set_result(None)
-
-    async def sleep(self, at_most_s: float) -> None:
-        """Until woken (at once if woken since the last sleep) or ``at_most_s`` has passed.
-
-        One future and one timer: cheaper than an Event (whose every wait is a task here)."""
-        if self._woken:
-            self._woken = False
-            return
-        loop = asyncio.get_running_loop()
-        self._future = future = loop.create_future()
-        timer = loop.call_later(at_most_s, _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._future = None
-            self._woken = False
 
 
 @dataclass(slots=True)
@@ -209,9 +183,8 @@ class Politeness:
                         self._slot_waiters.append(waiter)
                 if self._fetch_slots.free_slots > 0:
                     self._pass_fetch_slot()  # one this task cannot use yet: to the next in line
-                # ``unless`` has no callback: whoever sets it calls wake_all(), and a bounded
-                # sleep notices it anyway.
-                await waiter.sleep(min(at_most_s or UNLESS_CHECK_S, UNLESS_CHECK_S))
+                await _wait_any([waiter.wake, unless], at_most_s)
+                waiter.wake.clear()
         finally:
             waiter.wants_slot = False
             if waiter in slot.waiting:  # not granted: deferred, abandoned or cancelled
@@ -241,12 +214,6 @@ class Politeness:
         if self._holding.free_slots == 0:
             self.make_room()
 
-    def wake_all(self) -> None:
-        """Wake every waiting task to look at its ``unless`` again (after setting one)."""
-        for slot in self._queued.values():
-            for waiter in slot.waiting:
-                waiter.wake()
-
     def make_room(self) -> int:
         """Hand back the waiting tasks whose turn is furthest, beyond the horizon; how many."""
         now = self._clock()
@@ -266,7 +233,7 @@ class Politeness:
             back_at = max(at, slot.booked_until + slot.delay_s)
             slot.booked_until = back_at
             waiter.deferred_for = back_at - now
-            waiter.wake()
+            waiter.wake.set()
         self.deferred += len(chosen)
         return len(chosen)
 
@@ -288,7 +255,7 @@ class Politeness:
             waiter = self._slot_waiters.popleft()
             if waiter.wants_slot:
                 waiter.wants_slot = False
-                waiter.wake()
+                waiter.wake.set()
                 return
 
     def _grant(self, host: str, slot: Slot, now: float) -> Turn:
@@ -302,7 +269,7 @@ class Politeness:
 
     def _dequeued(self, host: str, slot: Slot) -> None:
         if slot.waiting:
-            slot.waiting[0].wake()  # the new head: its turn may have come
+            slot.waiting[0].wake.set()  # the new head: its turn may have come
         else:
             self._queued.pop(host, None)
 
@@ -318,9 +285,14 @@ class Politeness:
 
 def _wake_head(slot: Slot) -> None:
     if slot.waiting:
-        slot.waiting[0].wake()
+        slot.waiting[0].wake.set()
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+async def _wait_any(events: list[asyncio.Event], at_most_s: float | None) -> None:
+    """Until one of ``events`` is set, or ``at_most_s`` has passed."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=at_most_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
