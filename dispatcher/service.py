@@ -34,6 +34,7 @@ from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
 from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.messages import DeadLetter, Task
+from jetcrawl.pull import pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
     DISPATCH_CONSUMER,
@@ -145,7 +146,7 @@ class Dispatcher:
         assert self._sub is not None, "start() first"
         while not self._stopping.is_set():
             try:
-                msgs = await self._sub.fetch(self._settings.dispatch_batch, timeout=FETCH_WAIT_S)
+                msgs = await pull(self._sub, self._settings.dispatch_batch, FETCH_WAIT_S)
             except TimeoutError:
                 continue  # nothing to do (nats-py raises a TimeoutError subclass too)
             except NatsError as e:

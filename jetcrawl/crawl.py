@@ -36,6 +36,7 @@ from jetcrawl.embedded import EtcdServer, NatsServer, parent_death_hook
 from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import Sink, open_sink
 from jetcrawl.messages import DeadLetter, Result
+from jetcrawl.pull import pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
 
@@ -391,7 +392,7 @@ class ResultCollector:
     async def _read_batch(self) -> int:
         assert self._sub is not None, "open() first"
         try:
-            msgs = await self._sub.fetch(COLLECT_BATCH, timeout=COLLECT_WAIT_S)
+            msgs = await pull(self._sub, COLLECT_BATCH, COLLECT_WAIT_S)
         except TimeoutError:
             return 0
         for msg in msgs:

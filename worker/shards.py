@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
+from jetcrawl.pull import pull
 from worker.capacity import Capacity
 from worker.crawl import Ownership
 from worker.keepalive import KeepAlive
@@ -105,7 +106,7 @@ class ShardPuller:
     async def _pull(self, batch: int) -> list[Msg]:
         self._last_pull_at = asyncio.get_running_loop().time()
         try:
-            return await self._sub.fetch(max(1, batch), timeout=PULL_WAIT_S)
+            return await pull(self._sub, max(1, batch), PULL_WAIT_S)
         except TimeoutError:
             return []  # idle shard (nats-py raises a TimeoutError subclass too)
         except NatsError as e:

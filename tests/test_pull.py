@@ -1,0 +1,83 @@
+"""jetcrawl/pull.py: fetch's protocol on a real server, without a task per message."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+
+from jetcrawl.pull import pull
+from tests.streams import eventually
+
+
+async def _consumer(js: JetStreamContext, messages: int) -> JetStreamContext.PullSubscription:
+    await js.add_stream(StreamConfig(name="P", subjects=["p.>"]))
+    for n in range(messages):
+        await js.publish(f"p.{n}", str(n).encode())
+    return await js.pull_subscribe(
+        "p.>", durable="c", config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60)
+    )
+
+
+async def test_a_batch_comes_whole_and_in_order_then_the_rest(js: JetStreamContext) -> None:
+    sub = await _consumer(js, 10)
+    first = await pull(sub, 4, 2.0)
+    rest = await pull(sub, 100, 2.0)  # fewer than asked: the server's "no messages" ends it
+    assert [m.data for m in first + rest] == [str(n).encode() for n in range(10)]
+    for m in first + rest:
+        await m.ack()
+    info = await js.consumer_info("P", "c")
+    assert info.num_pending == 0
+
+
+async def test_with_nothing_there_it_waits_for_new_messages(js: JetStreamContext) -> None:
+    sub = await _consumer(js, 0)
+    waiting = asyncio.create_task(pull(sub, 5, 1.5))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await js.publish("p.a", b"late")
+    async with asyncio.timeout(5):
+        got = await waiting  # the waiting request delivers it (then lasts until it expires)
+    assert [m.data for m in got] == [b"late"]
+
+
+async def test_an_empty_consumer_times_out_with_timeout_error(js: JetStreamContext) -> None:
+    sub = await _consumer(js, 0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await pull(sub, 3, 0.3)
+    assert loop.time() - started < 3.0
+
+
+async def test_leftovers_of_an_earlier_request_come_first_and_count(
+    nc: NATS, js: JetStreamContext
+) -> None:
+    sub = await _consumer(js, 0)
+    # A request whose deliveries nobody is reading (as a pull that returned early leaves one).
+    await nc.publish(sub._nms, b'{"batch": 3, "expires": 5000000000}', sub._deliver)
+    for n in range(3):
+        await js.publish(f"p.{n}", str(n).encode())
+
+    async def queued() -> bool:
+        await nc.flush()
+        return bool(sub.pending_msgs >= 3)
+
+    await eventually(queued)
+    assert sub.pending_msgs == 3 and sub.pending_bytes == 3
+    got = await pull(sub, 2, 1.0)
+    assert [m.data for m in got] == [b"0", b"1"], "from the queue, no request needed"
+    assert sub.pending_msgs == 1 and sub.pending_bytes == 1
+    got = await pull(sub, 5, 1.0)
+    assert [m.data for m in got] == [b"2"]
+    assert sub.pending_bytes == 0
+
+
+@pytest.mark.parametrize(("batch", "wait_s"), [(0, 1.0), (1, 0.0)])
+async def test_bad_arguments_are_refused(js: JetStreamContext, batch: int, wait_s: float) -> None:
+    sub = await _consumer(js, 0)
+    with pytest.raises(ValueError, match="pull needs"):
+        await pull(sub, batch, wait_s)
