@@ -5,8 +5,9 @@ makes a ``uuid4`` name, a task, and (``asyncio.wait_for`` on Python 3.11) a seco
 one: about 20 us a message, paid by the worker per task, by the dispatcher per frontier message
 and by ``jetcrawl crawl`` per result. ``pull`` keeps ``fetch``'s protocol — first whatever an
 earlier request left in the subscription's queue, then a ``no_wait`` request for the rest, and
-only when that finds nothing a request that waits up to ``timeout`` — and reads the queue
-directly under one ``asyncio.timeout``.
+only when that finds nothing a request that waits — and reads the queue directly under one
+``asyncio.timeout``. Unlike ``fetch``, the waiting request asks for one message, so a pull
+returns as soon as work arrives instead of when the batch fills or the request expires.
 
 It relies on private attributes of nats-py's subscriptions (the pull subscription's core
 subscription, request subject and inbox; the core subscription's queue and pending-bytes count),
@@ -36,9 +37,9 @@ _EXPIRES_MARGIN_NS = 100_000  # as nats-py: the server ends the request just bef
 async def pull(psub: JetStreamContext.PullSubscription, batch: int, wait_s: float) -> list[Msg]:
     """Up to ``batch`` messages of ``psub``; raises ``TimeoutError`` if none came in ``wait_s``.
 
-    Returns as soon as ``batch`` are in, or the server says it has no more for now; a request
-    that had to wait for new messages is waited out (up to ``wait_s``, the request's expiry on
-    the server too) unless it fills.
+    Returns as soon as ``batch`` are in or the server says it has no more for now; with nothing
+    there, as soon as one message arrives (``wait_s`` is also the waiting request's expiry on the
+    server).
     """
     if batch < 1 or wait_s <= 0:
         raise ValueError(f"pull needs batch >= 1 and wait_s > 0, got {batch}, {wait_s}")
@@ -58,11 +59,15 @@ async def pull(psub: JetStreamContext.PullSubscription, batch: int, wait_s: floa
     if msgs:
         return msgs
 
+    # Nothing there: wait for the next message only. A request for the whole batch would hold
+    # the caller until the batch filled or the request expired (nats-py's fetch does that), so
+    # the first tasks after a quiet spell would wait out the expiry; the caller's next pull takes
+    # whatever came with it at once.
     remaining_ns = int((deadline - loop.time()) * 1e9) - _EXPIRES_MARGIN_NS
     if remaining_ns <= 0:
         raise TimeoutError("no messages")
-    await _request(psub, {"batch": batch, "expires": remaining_ns})
-    await _collect(sub, queue, msgs, batch, deadline)
+    await _request(psub, {"batch": 1, "expires": remaining_ns})
+    await _collect(sub, queue, msgs, 1, deadline)
     if not msgs:
         raise TimeoutError("no messages")
     return msgs

@@ -33,15 +33,20 @@ async def test_a_batch_comes_whole_and_in_order_then_the_rest(js: JetStreamConte
     assert info.num_pending == 0
 
 
-async def test_with_nothing_there_it_waits_for_new_messages(js: JetStreamContext) -> None:
+async def test_with_nothing_there_it_returns_as_soon_as_work_arrives(
+    js: JetStreamContext,
+) -> None:
     sub = await _consumer(js, 0)
-    waiting = asyncio.create_task(pull(sub, 5, 1.5))
+    waiting = asyncio.create_task(pull(sub, 5, 30.0))
     await asyncio.sleep(0.2)
     assert not waiting.done()
-    await js.publish("p.a", b"late")
-    async with asyncio.timeout(5):
-        got = await waiting  # the waiting request delivers it (then lasts until it expires)
-    assert [m.data for m in got] == [b"late"]
+    for n in range(3):
+        await js.publish(f"p.{n}", str(n).encode())
+    async with asyncio.timeout(5):  # not when the 30 s request expires, nor when 5 are in
+        got = await waiting
+    rest = await pull(sub, 5, 1.0)  # the others at once, to the next pull
+    assert [m.data for m in got + rest] == [b"0", b"1", b"2"]
+    assert sub.pending_msgs == 0, "the waiting request asked for one: nothing strays later"
 
 
 async def test_an_empty_consumer_times_out_with_timeout_error(js: JetStreamContext) -> None:
