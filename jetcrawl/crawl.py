@@ -440,7 +440,7 @@ async def _wait_drained(
             if interrupt.requested.is_set():
                 raise Interrupted("interrupted")
             children.check()
-            current = await snapshot(js, settings.shards)
+            current = await snapshot(js, settings.shards, previous)
             summary.dead_letters = current.dead
             progress.show(current, summary, time.monotonic() - started)
             if current.settled_after(previous):

@@ -31,8 +31,10 @@ WATCHED_STREAMS = (FRONTIER_STREAM, TASKS_STREAM, RESULTS_STREAM, DEAD_STREAM)
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     last_seqs: tuple[int, ...]  # per WATCHED_STREAMS
-    frontier_backlog: int  # pending + unacked on the dispatch and poison consumers
-    task_backlog: int  # pending + unacked over every shard consumer
+    # Pending + unacked on the dispatch and poison consumers, and over every shard consumer; the
+    # work queues' message counts (an upper bound) when snapshot() could take its shortcut.
+    frontier_backlog: int
+    task_backlog: int
     results: int  # messages in CRAWL_RESULTS
     dead: int  # messages in CRAWL_DEAD
 
@@ -49,25 +51,39 @@ class Snapshot:
         )
 
 
-async def snapshot(js: JetStreamContext, shards: int) -> Snapshot:
+async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None = None) -> Snapshot:
+    """JetStream's state now; ``previous`` (the last snapshot) lets it skip the consumers.
+
+    CRAWL_FRONTIER and CRAWL_TASKS are work queues: a message stays until it is acked or
+    deleted, so their message counts bound the consumers' pending plus unacknowledged from
+    above. They are the backlog, then, while the streams still move (the crawl cannot be
+    settled in such a snapshot anyway) or when they are empty (the bound is exact). Otherwise
+    the consumers are asked: a task JetStream gave up on stays in its stream, pending on no
+    consumer, until the poison consumer has dead-lettered and deleted it. The shortcut saves
+    17 of 22 API requests per snapshot, which cost nats-server ~5% of a core at two a second.
+    """
     last_seqs = []
     counts = {}
     for stream in WATCHED_STREAMS:
         info = await js.stream_info(stream)
         last_seqs.append(info.state.last_seq)
         counts[stream] = info.state.messages
-    dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
     poison = await js.consumer_info(ADVISORIES_STREAM, POISON_CONSUMER)
-    task_backlog = 0
-    for shard in range(shards):
-        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
-        task_backlog += (info.num_pending or 0) + (info.num_ack_pending or 0)
+    poison_backlog = (poison.num_pending or 0) + (poison.num_ack_pending or 0)
+    moving = previous is not None and previous.last_seqs != tuple(last_seqs)
+    if moving or counts[FRONTIER_STREAM] == counts[TASKS_STREAM] == 0:
+        frontier_backlog = counts[FRONTIER_STREAM]
+        task_backlog = counts[TASKS_STREAM]
+    else:
+        dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
+        frontier_backlog = (dispatch.num_pending or 0) + (dispatch.num_ack_pending or 0)
+        task_backlog = 0
+        for shard in range(shards):
+            info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
+            task_backlog += (info.num_pending or 0) + (info.num_ack_pending or 0)
     return Snapshot(
         last_seqs=tuple(last_seqs),
-        frontier_backlog=(dispatch.num_pending or 0)
-        + (dispatch.num_ack_pending or 0)
-        + (poison.num_pending or 0)
-        + (poison.num_ack_pending or 0),
+        frontier_backlog=frontier_backlog + poison_backlog,
         task_backlog=task_backlog,
         results=counts[RESULTS_STREAM],
         dead=counts[DEAD_STREAM],
