@@ -12,7 +12,6 @@ process's last moments. Peak RSS is the largest sum over the live tree at one sa
 from __future__ import annotations
 
 import bisect
-import ctypes
 import os
 import resource
 import signal
@@ -22,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from jetcrawl.embedded import parent_death_hook
 
 __all__ = [
     "DIE_WITH_PARENT",
@@ -39,7 +40,8 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_EVERY_S = 0.1
 STOP_GRACE_S = 30.0
 BENCH_ROOT = Path(__file__).resolve().parent.parent
-_PR_SET_PDEATHSIG = 1
+# The site and the systems are SIGKILLed by the kernel when the harness dies, even by -9.
+DIE_WITH_PARENT = parent_death_hook()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +106,6 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "PYTHONPATH": f"{path}{os.pathsep}{root}" if path else root,
         **(extra or {}),
     }
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A pre-exec hook that has Linux SIGKILL the child when the harness dies, even by -9."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    sigkill = int(signal.SIGKILL)
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-
-    return die_with_parent
-
-
-DIE_WITH_PARENT = _die_with_parent_hook() if sys.platform.startswith("linux") else None
 
 
 def busy_cpu_s() -> float:
