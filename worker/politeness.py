@@ -181,8 +181,7 @@ class Politeness:
                     elif not waiter.wants_slot:
                         waiter.wants_slot = True
                         self._slot_waiters.append(waiter)
-                if self._fetch_slots.free_slots > 0:
-                    self._pass_fetch_slot()  # one this task cannot use yet: to the next in line
+                self._pass_fetch_slot()  # a free one this task cannot use yet: to the next in line
                 await _wait_any([waiter.wake, unless], at_most_s)
                 waiter.wake.clear()
         finally:
@@ -191,8 +190,7 @@ class Politeness:
                 slot.waiting.remove(waiter)
                 self.waiting -= 1
                 self._dequeued(host, slot)
-                if self._fetch_slots.free_slots > 0:
-                    self._pass_fetch_slot()
+                self._pass_fetch_slot()
 
     def done(self, turn: Turn, *, pause_s: float | None = None) -> None:
         """Give back a turn; ``pause_s`` (a Retry-After) pauses the host from now."""
@@ -250,8 +248,8 @@ class Politeness:
         return slot
 
     def _pass_fetch_slot(self) -> None:
-        """Wake the first task still waiting for a fetch slot."""
-        while self._slot_waiters:
+        """If a fetch slot is free, wake the first task still waiting for one."""
+        while self._slot_waiters and self._fetch_slots.free_slots > 0:
             waiter = self._slot_waiters.popleft()
             if waiter.wants_slot:
                 waiter.wants_slot = False
@@ -259,8 +257,7 @@ class Politeness:
                 return
 
     def _grant(self, host: str, slot: Slot, now: float) -> Turn:
-        waiter = slot.waiting.popleft()
-        waiter.wants_slot = False
+        slot.waiting.popleft()  # turn() clears the waiter's wants_slot on its way out
         self.waiting -= 1
         slot.active += 1
         slot.last_start = now
