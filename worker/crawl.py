@@ -329,18 +329,6 @@ class TaskProcessor:
             body_ref=body_ref,
         )
 
-    def _failure(
-        self,
-        task: Task,
-        owner: Ownership,
-        started: float,
-        attempt: int,
-        kind: str,
-        message: str,
-    ) -> Result:
-        result = self._result(task, owner, started, attempt, "failed", None, None)
-        return dataclasses.replace(result, error=Failure(kind, message))
-
     # ------------------------------------------------------------------ publishing and acking
 
     async def _finish(
