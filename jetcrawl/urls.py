@@ -235,39 +235,40 @@ def _canonical_host(host: str, original: str) -> str:
 def _host_form(host: str) -> tuple[str, str]:
     """``(canonical host, "")``, or ``("", reason)`` if ``host`` has no canonical form."""
     try:
-        return _canonical_host_uncached(host, host), ""
+        return _canonical_host_uncached(host), ""
     except UrlError as e:
         return "", e.reason
 
 
-def _canonical_host_uncached(host: str, original: str) -> str:
+def _canonical_host_uncached(host: str) -> str:
+    """The canonical form of ``host``; raises ``UrlError`` (its reason is what counts)."""
     if not host:
-        raise UrlError("no_host", original)
+        raise UrlError("no_host", host)
     if host[0] == "[":
-        return _canonical_ipv6(host, original)
+        return _canonical_ipv6(host)
     if "%" in host:
         try:
             host = unquote(host, errors="strict")
         except UnicodeDecodeError:
-            raise UrlError("invalid_host", original) from None
+            raise UrlError("invalid_host", host) from None
     if host.isascii():
         host = host.lower()
     else:
         ascii_host = _idna_to_ascii(host)
         if ascii_host is None:
-            raise UrlError("invalid_host", original)
+            raise UrlError("invalid_host", host)
         host = ascii_host
     if host.endswith("."):
         host = host[:-1]
     if len(host) > _MAX_HOST_LENGTH or not _HOST_NAME(host):
-        raise UrlError("invalid_host" if host else "no_host", original)
+        raise UrlError("invalid_host" if host else "no_host", host)
     if _NUMERIC_LABEL(host.rpartition(".")[2]):
         try:
             canonical_ip = str(ipaddress.IPv4Address(host))
         except ValueError:
-            raise UrlError("invalid_host", original) from None
+            raise UrlError("invalid_host", host) from None
         if canonical_ip != host:  # leading zeros and the like are not taken as IPv4 by ipaddress
-            raise UrlError("invalid_host", original)
+            raise UrlError("invalid_host", host)
     return host
 
 
@@ -279,14 +280,14 @@ def _idna_to_ascii(host: str) -> str | None:
         return None
 
 
-def _canonical_ipv6(host: str, original: str) -> str:
+def _canonical_ipv6(host: str) -> str:
     literal = host[1:-1]
     if "%" in literal:  # zone identifiers have no meaning outside the machine that wrote the link
-        raise UrlError("invalid_host", original)
+        raise UrlError("invalid_host", host)
     try:
         return f"[{ipaddress.IPv6Address(literal)}]"
     except ValueError:
-        raise UrlError("invalid_host", original) from None
+        raise UrlError("invalid_host", host) from None
 
 
 def _canonical_path(path: str) -> str:
@@ -487,7 +488,8 @@ class LinkCanonicalizer:
                     return cached(href, base)
                 url = origin + href  # rooted
             elif href.startswith(("http://", "https://")):
-                after = href[href.index("//") + 2 : href.index("//") + 3]
+                start = href.index("//") + 2
+                after = href[start : start + 1]
                 if not after or after in "/\\?#":  # no host: relative to the base after all
                     return cached(href, base)
                 url = href
