@@ -30,6 +30,8 @@ Worker (``WorkerMetrics``)::
     jetcrawl_tasks_in_flight             tasks pulled and not yet acked (waiting, fetching, storing)
     jetcrawl_fetches_in_flight           HTTP fetches running now (at most concurrency)
     jetcrawl_links_published_total       links sent back to the frontier
+    jetcrawl_links_sent_before_total     links left out of a page's message: the worker sent them
+                                         to the frontier already (worker/sent.py)
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class CrawlCounts(Protocol):
     def retried(self) -> int: ...
     @property
     def links_published(self) -> int: ...
+    @property
+    def links_sent_before(self) -> int: ...
     @property
     def dead_letters(self) -> int: ...
 
@@ -206,6 +210,11 @@ class WorkerMetrics(ServiceMetrics):
                     "jetcrawl_links_published",
                     "Links sent to the frontier.",
                     lambda: worker.stats.links_published,
+                ),
+                (
+                    "jetcrawl_links_sent_before",
+                    "Links left out of a page's message: this worker sent them already.",
+                    lambda: worker.stats.links_sent_before,
                 ),
                 (
                     "jetcrawl_dead_letters",

@@ -144,6 +144,9 @@ class Settings:
     retry_base_delay_s: float = 1.0  # first retry's backoff; doubles per attempt
     retry_max_delay_s: float = 60.0
     store_bodies: bool = False  # keep HTML bodies in the crawl_bodies object store (for WARC)
+    # Links a worker remembers having sent to the frontier (worker/sent.py), so a link on many
+    # pages is sent once; 0: every page's links are sent.
+    link_memory: int = 100_000
 
     # --- observability
     metrics_port: int = 0  # 0: no HTTP endpoint (/metrics, /healthz, /readyz)
@@ -180,6 +183,7 @@ class Settings:
             "buffer_max",
             "publish_linger_s",
             "dispatch_linger_s",
+            "link_memory",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")

@@ -38,6 +38,7 @@ from worker.parse import Page, extract
 from worker.politeness import Deferred, Politeness
 from worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
 from worker.robots import Robots
+from worker.sent import SentLinks
 from worker.telemetry import TaskTelemetry
 from worker.validators import Validators
 
@@ -61,6 +62,7 @@ class CrawlStats:
     failed: int = 0
     retried: int = 0
     links_published: int = 0
+    links_sent_before: int = 0  # links left out of a page's message: this worker sent them already
     dead_letters: int = 0
     deferred: int = 0  # waiting tasks handed back to make room (not attempts)
 
@@ -96,6 +98,7 @@ class TaskProcessor:
         self._robots = robots
         self._politeness = politeness
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
+        self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
         self._backoff = Backoff(
             settings.task_max_deliver, settings.retry_base_delay_s, settings.retry_max_delay_s
         )
@@ -269,7 +272,9 @@ class TaskProcessor:
                 fetched.location, lineage.scope, lineage.root
             ):
                 return None
-            return Discovered(task.url, task.fp, task.depth, lineage, (fetched.location,))
+            return self._unsent(
+                Discovered(task.url, task.fp, task.depth, lineage, (fetched.location,))
+            )
         if task.depth + 1 > lineage.max_depth:
             return None
         candidates: list[str] = []
@@ -286,7 +291,15 @@ class TaskProcessor:
         )
         if not links:
             return None
-        return Discovered(task.url, task.fp, task.depth + 1, lineage, links)
+        return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
+
+    def _unsent(self, found: Discovered) -> Discovered | None:
+        """``found`` without the links this worker has sent already (None if none is left)."""
+        links = self._sent.unsent(found.lineage, found.depth, found.links)
+        if len(links) == len(found.links):
+            return found
+        self.stats.links_sent_before += len(found.links) - len(links)
+        return dataclasses.replace(found, links=links) if links else None
 
     def _result(
         self,
@@ -363,6 +376,7 @@ class TaskProcessor:
         self.stats.tasks += 1
         self._telemetry.finished(result)
         if links is not None:
+            self._sent.sent(links.lineage, links.depth, links.links)
             self.stats.links_published += len(links.links)
         if letter is not None:
             self.stats.dead_letters += 1
