@@ -97,6 +97,7 @@ _PLAIN_HTTP = re.compile(
     re.DOTALL,
 ).fullmatch
 _NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*").fullmatch  # lower case
 _BROWSER_DROPS = re.compile(r"[\t\n\r]").search  # urlsplit drops these anywhere, as browsers do
 
 
@@ -351,6 +352,23 @@ def _remove_dot_segments(path: str) -> str:
     return "/" + "/".join(out)
 
 
+def _without_dot_segments(url: str, path_start: int) -> str:
+    """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
+    of writing one URL share a cache key. A path with escapes or backslashes is left whole:
+    canonicalize decodes ``%2E`` and turns backslashes into slashes before it removes them."""
+    if "/." not in url:
+        return url
+    end = len(url)
+    for delimiter in "?#":
+        found = url.find(delimiter, path_start, end)
+        if found >= 0:
+            end = found
+    path = url[path_start:end]
+    if "/." not in path or "%" in path or "\\" in path:  # backslashes: browsers' slashes
+        return url
+    return url[:path_start] + _remove_dot_segments(path) + url[end:]
+
+
 def fingerprint(canonical_url: str) -> str:
     """32 lowercase hex characters naming a canonical URL (the KV key and the ``Nats-Msg-Id``)."""
     return hashlib.blake2b(canonical_url.encode(), digest_size=16).hexdigest()
@@ -476,27 +494,46 @@ class LinkCanonicalizer:
             return lambda href: cached(href, base)
         origin = base[:path_start]
         query = base.find("?")
-        directory = base[: base.rfind("/", path_start, query if query >= 0 else len(base)) + 1]
+        document = base[:query] if query >= 0 else base  # what "?q" replaces the query of
+        directory = base[: base.rfind("/", path_start, len(document)) + 1]
+        scheme = base[: base.find(":") + 1]
 
         def link(href: str) -> str | None:
             first = href[:1]
-            if not first or first <= " " or first in "?#\\" or _BROWSER_DROPS(href):
+            if not first or first <= " " or first == "\\" or _BROWSER_DROPS(href):
                 return cached(href, base)
+            if first == "#":
+                return base  # the page itself (a canonical URL has no fragment)
             if first == "/":
                 second = href[1:2]
-                if second == "/" or second == "\\":  # scheme-relative ("//" alone: the path)
+                if second == "/":  # scheme-relative: //host/path
+                    after = href[2:3]
+                    if not after or after <= " " or after in "/\\?#" or "\\" in href:
+                        return cached(href, base)
+                    url = scheme + href
+                elif second == "\\":
                     return cached(href, base)
-                url = origin + href  # rooted
-            elif href.startswith(("http://", "https://")):
-                start = href.index("//") + 2
-                after = href[start : start + 1]
-                if not after or after in "/\\?#":  # no host: relative to the base after all
-                    return cached(href, base)
-                url = href
-            elif ":" in href:  # "http:" or "http:?q" with the base's scheme is the base document
-                return cached(href, base)
+                else:
+                    url = _without_dot_segments(origin + href, path_start)  # rooted
+            elif first == "?":
+                url = document + href
+            elif ":" in href:
+                colon = href.index(":")
+                named = href[:colon].lower()
+                if named != "http" and named != "https":
+                    # mailto:, javascript:, ...: no base plays a part (and they are no links)
+                    return cached(href, None if _SCHEME(named) else base)
+                after = href[colon + 3 : colon + 4]
+                if (
+                    href[colon + 1 : colon + 3] != "//"
+                    or not after
+                    or after <= " "
+                    or after in "/\\?#"
+                ):
+                    return cached(href, base)  # "http:x", "http:///x": relative to the base
+                url = named + href[colon:]
             else:
-                url = directory + href  # a relative path
+                url = _without_dot_segments(directory + href, path_start)  # a relative path
             cut = url.find("#")
             if cut > 0 and url[cut - 1] > " ":
                 url = url[:cut]  # an absolute URL's fragment changes nothing

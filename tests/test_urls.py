@@ -376,7 +376,11 @@ def url_ish(draw: st.DrawFn) -> str:
 
 @st.composite
 def relative_ish(draw: st.DrawFn) -> str:
-    prefix = draw(st.sampled_from(["", "/", "//", "./", "../", "?", "#", "http:", "\\\\"]))
+    prefix = draw(
+        st.sampled_from(
+            ["", "/", "//", "./", "../", "?", "#", "http:", "\\\\", "HTTPS://", "Mailto:", "x1+.-:"]
+        )
+    )
     segments = draw(st.lists(st.sampled_from(_SEGMENTS) | _text(4), max_size=5))
     return prefix + "/".join(segments)
 
@@ -507,6 +511,18 @@ BASES = (
 @example("/\tx", "http://example.com/a/b.html")
 @example("http://example.com/ #", "http://example.com/")
 @example("a b#c", "http://example.com/a/b.html")
+@example("#top", "http://example.com/a/b.html?x=1")
+@example("?q=1#f", "http://example.com/a/b.html?x=1")
+@example("//other.example/x/../y#f", "https://example.com/a/b.html")
+@example("//other.example\\x", "https://example.com/a/b.html")
+@example("HTTP://Other.Example/a", "http://example.com/")
+@example("Http:x", "http://example.com/a/b.html")
+@example("mailto:a@example.com", "http://example.com/")
+@example("1ab:x", "http://example.com/a/b.html")
+@example("../x/./y/..", "http://example.com/a/c/")
+@example("/a/../../b?x=/../#/..", "http://example.com/a/c/")
+@example("a/%2E%2E/b/../c", "http://example.com/a/c/")
+@example("a/.%2E/../c", "http://example.com/a/c/")
 def test_cached_link_canonicalization_agrees_with_canonicalize(link: str, base: str) -> None:
     try:
         expected: str | None = canonicalize(link, base)
