@@ -514,7 +514,9 @@ class LinkCanonicalizer:
                 elif second == "\\":
                     return cached(href, base)
                 else:
-                    url = _without_dot_segments(origin + href, path_start)  # rooted
+                    url = origin + href  # rooted
+                    if "/." in href:
+                        url = _without_dot_segments(url, path_start)
             elif first == "?":
                 url = document + href
             elif ":" in href:
@@ -533,7 +535,9 @@ class LinkCanonicalizer:
                     return cached(href, base)  # "http:x", "http:///x": relative to the base
                 url = named + href[colon:]
             else:
-                url = _without_dot_segments(directory + href, path_start)  # a relative path
+                url = directory + href  # a relative path
+                if first == "." or "/." in href:
+                    url = _without_dot_segments(url, path_start)
             cut = url.find("#")
             if cut > 0 and url[cut - 1] > " ":
                 url = url[:cut]  # an absolute URL's fragment changes nothing

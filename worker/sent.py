@@ -34,6 +34,9 @@ class SentLinks:
         self._expire_s = recrawl_after_s  # 0: a sent link stays sent
         self._clock = clock
         self._sent: dict[str, tuple[Lineage, int, float]] = {}  # url -> when it was sent
+        # One object per lineage, so a link's lineage is compared by identity: each task
+        # decodes its own copy.
+        self._lineages: dict[Lineage, Lineage] = {}
 
     def __len__(self) -> int:
         return len(self._sent)
@@ -42,6 +45,7 @@ class SentLinks:
         """``links`` without those sent before for ``lineage`` at ``depth`` or less."""
         if not self._sent:
             return links
+        lineage = self._lineages.get(lineage, lineage)
         get = self._sent.get
         oldest = self._clock() - self._expire_s if self._expire_s > 0 else None
         out = []
@@ -50,7 +54,7 @@ class SentLinks:
             if (
                 sent is None
                 or sent[1] > depth
-                or (sent[0] is not lineage and sent[0] != lineage)
+                or sent[0] is not lineage
                 or (oldest is not None and sent[2] < oldest)
             ):
                 out.append(link)
@@ -60,6 +64,10 @@ class SentLinks:
         """Remember ``links``, which JetStream has stored for ``lineage`` at ``depth``."""
         if self._size <= 0:
             return
+        lineage = self._lineages.setdefault(lineage, lineage)
+        if len(self._lineages) > self._size:  # each remembered link holds its lineage anyway
+            self._lineages.clear()
+            self._lineages[lineage] = lineage
         entry = (lineage, depth, self._clock())
         remembered = self._sent
         for link in links:
