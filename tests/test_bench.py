@@ -52,6 +52,11 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     assert len(report["ceiling"]["phases"]) == 6
     markdown = (tmp_path / "bench.md").read_text()
     assert "| jetcrawl-1 |" in markdown and "## Targets" in markdown
+    share = report["systems"]["jetcrawl-1"]["comparisons"]["cpu_vs_scrapy"]
+    if "scrapy" in systems:  # jetcrawl's CPU per page as a share of Scrapy's, in the text too
+        assert share > 0 and "as a share of Scrapy's: jetcrawl-1" in markdown
+    else:
+        assert share is None
 
 
 def test_memory_command_reports_checkpoints(tmp_path: Path) -> None:
