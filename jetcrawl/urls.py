@@ -97,6 +97,14 @@ _PLAIN_HTTP = re.compile(
     re.DOTALL,
 ).fullmatch
 _NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
+
+
+class _Based:
+    """A link whose answer depends on more of the base than its directory: resolve it whole."""
+
+
+_BASED = _Based()
+_UNKNOWN = object()  # not in a LinkCanonicalizer's per-origin memory
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*").fullmatch  # lower case
 _BROWSER_DROPS = re.compile(r"[\t\n\r]").search  # urlsplit drops these anywhere, as browsers do
 
@@ -352,6 +360,12 @@ def _remove_dot_segments(path: str) -> str:
     return "/" + "/".join(out)
 
 
+def _without_fragment(url: str) -> str:
+    """An absolute URL's fragment changes nothing: drop it from a cache key."""
+    cut = url.find("#")
+    return url[:cut] if cut > 0 and url[cut - 1] > " " else url
+
+
 def _without_dot_segments(url: str, path_start: int) -> str:
     """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
     of writing one URL share a cache key. A path with escapes or backslashes is left whole:
@@ -476,11 +490,19 @@ class LinkCanonicalizer:
     key is that absolute URL, so one target written different ways shares an entry. Anything
     else (``?q``, ``#f``, ``//host``, an empty link, links with tabs, newlines or backslashes,
     which browsers rewrite) is keyed with its whole base. ``base`` must be canonical.
+
+    In front of that cache, the answers for links that depend only on the base's origin (rooted,
+    absolute and scheme-relative ones, other schemes: navigation, mostly) are kept per origin by
+    the link's text, so a link another page of the host had costs one dict lookup; ``size``
+    bounds these entries too (all are dropped at once when they reach it).
     """
 
     def __init__(self, rules: UrlRules, size: int = 50_000) -> None:
         self.rules = rules
         self._cached = lru_cache(maxsize=size)(self._canonical_or_none)
+        self._size = size
+        self._by_origin: dict[str, dict[str, str | None]] = {}  # origin -> href -> answer
+        self._remembered = 0  # entries in _by_origin's dicts, and the dicts themselves
 
     def link(self, href: str, base: str) -> str | None:
         """The canonical form of ``href`` on a page at ``base``, or None if it has none."""
@@ -497,34 +519,50 @@ class LinkCanonicalizer:
         document = base[:query] if query >= 0 else base  # what "?q" replaces the query of
         directory = base[: base.rfind("/", path_start, len(document)) + 1]
         scheme = base[: base.find(":") + 1]
+        known = self._by_origin.get(origin)
+        if known is None:
+            known = self._origin(origin)
 
         def link(href: str) -> str | None:
+            answer = known.get(href, _UNKNOWN)
+            if answer is not _UNKNOWN:
+                return answer  # type: ignore[return-value]
             first = href[:1]
-            if not first or first <= " " or first == "\\" or _BROWSER_DROPS(href):
-                return cached(href, base)
             if first == "#":
                 return base  # the page itself (a canonical URL has no fragment)
+            if first == "?" and not _BROWSER_DROPS(href):
+                return cached(_without_fragment(document + href), None)  # a new query
+            resolved, of_origin = resolve(href, first)
+            if isinstance(resolved, _Based):
+                return cached(href, base)
+            if of_origin:
+                self._remember(known, href, resolved)
+            return resolved
+
+        def resolve(href: str, first: str) -> tuple[str | _Based | None, bool]:
+            """The answer and whether only the origin plays a part in it; _BASED if more than
+            the directory does."""
+            if not first or first <= " " or first in "\\#?" or _BROWSER_DROPS(href):
+                return _BASED, False
             if first == "/":
                 second = href[1:2]
                 if second == "/":  # scheme-relative: //host/path
                     after = href[2:3]
                     if not after or after <= " " or after in "/\\?#" or "\\" in href:
-                        return cached(href, base)
+                        return _BASED, False
                     url = scheme + href
                 elif second == "\\":
-                    return cached(href, base)
+                    return _BASED, False
                 else:
                     url = origin + href  # rooted
                     if "/." in href:
                         url = _without_dot_segments(url, path_start)
-            elif first == "?":
-                url = document + href
             elif ":" in href:
                 colon = href.index(":")
                 named = href[:colon].lower()
                 if named != "http" and named != "https":
                     # mailto:, javascript:, ...: no base plays a part (and they are no links)
-                    return cached(href, None if _SCHEME(named) else base)
+                    return (cached(href, None), True) if _SCHEME(named) else (_BASED, False)
                 after = href[colon + 3 : colon + 4]
                 if (
                     href[colon + 1 : colon + 3] != "//"
@@ -532,18 +570,32 @@ class LinkCanonicalizer:
                     or after <= " "
                     or after in "/\\?#"
                 ):
-                    return cached(href, base)  # "http:x", "http:///x": relative to the base
+                    return _BASED, False  # "http:x", "http:///x": relative to the base
                 url = named + href[colon:]
             else:
                 url = directory + href  # a relative path
                 if first == "." or "/." in href:
                     url = _without_dot_segments(url, path_start)
-            cut = url.find("#")
-            if cut > 0 and url[cut - 1] > " ":
-                url = url[:cut]  # an absolute URL's fragment changes nothing
-            return cached(url, None)
+                return cached(_without_fragment(url), None), False
+            return cached(_without_fragment(url), None), True
 
         return link
+
+    def _origin(self, origin: str) -> dict[str, str | None]:
+        if self._remembered >= self._size:
+            self._by_origin.clear()
+            self._remembered = 0
+        known: dict[str, str | None] = {}
+        self._by_origin[origin] = known
+        self._remembered += 1
+        return known
+
+    def _remember(self, known: dict[str, str | None], href: str, answer: str | None) -> None:
+        if self._remembered >= self._size:  # the dict of this page stays in use until it ends
+            self._by_origin.clear()
+            self._remembered = 0
+        known[href] = answer
+        self._remembered += 1
 
     def _canonical_or_none(self, url: str, base: str | None) -> str | None:
         try:

@@ -532,6 +532,16 @@ def test_cached_link_canonicalization_agrees_with_canonicalize(link: str, base: 
     assert LINKS.link(link, base) == expected  # and once more, from the cache
 
 
+def test_a_small_link_cache_forgets_and_still_answers_rightly() -> None:
+    links = LinkCanonicalizer(UrlRules(), size=3)
+    hrefs = [f"/p{n}?b=2&a=1#f" for n in range(10)] + ["http://Other.example/x", "mailto:x@y"]
+    for _ in range(2):
+        for base in ("http://example.com/a/b.html", "http://example.com:8080/c/", BASES[4]):
+            for href in hrefs:
+                expected = canonicalize(href, base) if not href.startswith("mailto") else None
+                assert links.link(href, base) == expected
+
+
 # --- fingerprint --------------------------------------------------------------------------------
 
 
