@@ -20,8 +20,10 @@ class Capacity:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._used = 0
-        self._free = asyncio.Event()
-        self._free.set()
+        # Waiting for a free slot: woken all at once when one frees (each looks again), or by
+        # wake_all() when whoever set a waiter's ``unless`` event calls it. Plain futures: a
+        # wait costs no task (pull loops wait here about once per task).
+        self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def limit(self) -> int:
@@ -36,19 +38,18 @@ class Capacity:
         return self._limit - self._used
 
     async def wait_free(self, unless: asyncio.Event) -> bool:
-        """Wait until a slot is free (True) or ``unless`` is set (False)."""
-        while not self._free.is_set():
+        """Wait until a slot is free (True) or ``unless`` is set (False); who sets ``unless``
+        calls ``wake_all()`` so that a waiter sees it."""
+        while self._used >= self._limit:
             if unless.is_set():
                 return False
-            waiters = [
-                asyncio.ensure_future(self._free.wait()),
-                asyncio.ensure_future(unless.wait()),
-            ]
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
             try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                await waiter
             finally:
-                for waiter in waiters:
-                    waiter.cancel()
+                if waiter.cancelled() and waiter in self._waiters:  # cancelled while waiting
+                    self._waiters.remove(waiter)
         return not unless.is_set()
 
     async def take(self, unless: asyncio.Event) -> bool:
@@ -57,8 +58,6 @@ class Capacity:
             if not await self.wait_free(unless):
                 return False
         self._used += 1
-        if self._used >= self._limit:
-            self._free.clear()
         return True
 
     def try_take(self) -> bool:
@@ -66,11 +65,17 @@ class Capacity:
         if self._used >= self._limit:
             return False
         self._used += 1
-        if self._used >= self._limit:
-            self._free.clear()
         return True
 
     def release(self) -> None:
         self._used -= 1
         assert self._used >= 0, "released more slots than taken"
-        self._free.set()
+        if self._waiters:
+            self.wake_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiter to look again (a slot freed, or an ``unless`` event was set)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

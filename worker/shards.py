@@ -54,11 +54,13 @@ class ShardPuller:
     def stop(self) -> None:
         """Stop fetching; what was fetched is still crawled."""
         self._stopping.set()
+        self._holding.wake_all()  # a loop waiting for room sees it
 
     def abandon(self) -> None:
         """Stop fetching at once; fetched tasks not yet started are handed back."""
         self._abandoned.set()
         self._stopping.set()
+        self._holding.wake_all()
 
     async def run(self) -> None:
         try:
