@@ -100,7 +100,7 @@ _NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
 
 
 class _Based:
-    """A link whose answer depends on more of the base than its directory: resolve it whole."""
+    """A link that LinkCanonicalizer resolves against the whole base (no plain join)."""
 
 
 _BASED = _Based()
@@ -486,10 +486,13 @@ class LinkCanonicalizer:
     Pages repeat their links (navigation, footers, the same page linked from many others), and a
     canonicalization costs several microseconds. A link is first made absolute where that is a
     plain join — a rooted ``/path`` onto the base's origin, a relative path onto its directory
-    (RFC 3986's merge) — and an absolute ``http(s)://host...`` link stands as it is; the cache
-    key is that absolute URL, so one target written different ways shares an entry. Anything
-    else (``?q``, ``#f``, ``//host``, an empty link, links with tabs, newlines or backslashes,
-    which browsers rewrite) is keyed with its whole base. ``base`` must be canonical.
+    (RFC 3986's merge, dot segments removed unless escapes or backslashes make that the
+    canonicalizer's job), ``//host`` onto its scheme, ``?q`` onto its document — and an absolute
+    ``http(s)://host...`` link stands as it is; the cache key is that absolute URL without its
+    fragment, so one target written different ways shares an entry. ``#f`` is the page itself;
+    another scheme (``mailto:``) is keyed alone. Anything else (an empty link, links with tabs,
+    newlines or backslashes, which browsers rewrite, ``http:x``) is keyed with its whole base.
+    ``base`` must be canonical.
 
     In front of that cache, the answers for links that depend only on the base's origin (rooted,
     absolute and scheme-relative ones, other schemes: navigation, mostly) are kept per origin by
@@ -540,8 +543,8 @@ class LinkCanonicalizer:
             return resolved
 
         def resolve(href: str, first: str) -> tuple[str | _Based | None, bool]:
-            """The answer and whether only the origin plays a part in it; _BASED if more than
-            the directory does."""
+            """The answer and whether only the origin plays a part in it; _BASED for a link to
+            resolve against the whole base."""
             if not first or first <= " " or first in "\\#?" or _BROWSER_DROPS(href):
                 return _BASED, False
             if first == "/":

@@ -33,7 +33,7 @@ class SentLinks:
         self._size = size  # 0: remember nothing
         self._expire_s = recrawl_after_s  # 0: a sent link stays sent
         self._clock = clock
-        self._sent: dict[str, tuple[Lineage, int, float]] = {}  # url -> when it was sent
+        self._sent: dict[str, tuple[Lineage, int, float]] = {}  # url -> (lineage, depth, when)
         # One object per lineage, so a link's lineage is compared by identity: each task
         # decodes its own copy.
         self._lineages: dict[Lineage, Lineage] = {}
