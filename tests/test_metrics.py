@@ -108,6 +108,8 @@ async def test_metrics_and_health_follow_the_crawl(
             "jetcrawl_build_info", service="jetcrawl-worker", version="0.1.0", instance=name
         )
 
+    # a link repeated on a worker's pages is sent once (worker/sent.py); pages here repeat theirs
+    assert sum(s.get("jetcrawl_links_sent_before_total") for s in after.values()) > 0
     assert dispatcher.get("jetcrawl_urls_admitted_total") == len(results)
     assert dispatcher.get("jetcrawl_frontier_backlog") == 0
     assert dispatcher.get("jetcrawl_dead_letters_total") == snapshot.dead == 0
