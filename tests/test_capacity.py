@@ -9,6 +9,12 @@ import pytest
 from worker.capacity import Capacity
 
 
+async def settle() -> None:
+    """Let every ready callback run (the waiters are woken by callbacks, not by time)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
 async def test_a_waiter_wakes_when_a_slot_frees_and_takes_it() -> None:
     capacity = Capacity(1)
     never = asyncio.Event()
@@ -37,18 +43,12 @@ async def test_every_waiter_looks_again_and_only_one_gets_the_slot() -> None:
     waiting[2].cancel()
 
 
-async def settle() -> None:
-    """Let every ready callback run (the waiters are woken by callbacks, not by time)."""
-    for _ in range(10):
-        await asyncio.sleep(0)
-
-
 async def test_unless_set_and_woken_the_wait_ends_without_a_slot() -> None:
     capacity = Capacity(1)
     stop = asyncio.Event()
     assert capacity.try_take()
     waiting = asyncio.create_task(capacity.wait_free(stop))
-    await asyncio.sleep(0)
+    await settle()
     stop.set()
     capacity.wake_all()
     assert await asyncio.wait_for(waiting, 5) is False
@@ -60,7 +60,7 @@ async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
     capacity = Capacity(1)
     assert capacity.try_take()
     waiting = asyncio.create_task(capacity.wait_free(asyncio.Event()))
-    await asyncio.sleep(0)
+    await settle()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
