@@ -32,6 +32,7 @@ OUTAGE_S = 8.0
 WORKERS = ("w1", "w2", "w3")
 # While leaders are elected the cluster answers nothing, or "no responders", or times out.
 UNAVAILABLE = (NatsError, JetStreamError, TimeoutError)
+LEDGER_READ_WITHIN_S = 60.0
 
 
 @pytest.fixture
@@ -106,7 +107,16 @@ async def finish(
         return done
 
     await eventually(tolerant(settled), within_s)
-    ledger = await read_ledger(mesh.js)
+    # Settled streams do not mean every stream has its leader back (crawl_seen may still be
+    # electing one after a quorum loss): read the ledger once the cluster answers.
+    ledgers: list[Ledger] = []
+
+    async def read() -> bool:
+        ledgers.append(await read_ledger(mesh.js))
+        return True
+
+    await eventually(tolerant(read), LEDGER_READ_WITHIN_S)
+    ledger = ledgers[-1]
     print(ledger.summary())
     assert not ledger.lost, ledger.summary()
     assert not ledger.unexpected, ledger.summary()
