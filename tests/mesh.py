@@ -20,7 +20,9 @@ from typing import Self
 
 import orjson
 from nats.aio.client import Client as NATS
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.errors import APIError
 
 from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
@@ -31,6 +33,9 @@ from registry import read_ownership
 from tests.streams import eventually, stored
 
 SHARDS = 16
+TOPOLOGY_WITHIN_S = 60.0
+TOPOLOGY_RETRY_S = 0.5
+UNAVAILABLE = 503  # JetStream not ready (no leader, no peers to place replicas on yet)
 
 
 @dataclass(slots=True)
@@ -74,8 +79,23 @@ class Mesh:
     async def __aenter__(self) -> Self:
         # The services' own connection: every URL of a cluster, reconnecting forever.
         self._nc = await connect(self.settings, "mesh")
-        await ensure(self.js, self.settings)
+        await self._ensure_topology()
         return self
+
+    async def _ensure_topology(self) -> None:
+        """The topology, retried while a young cluster cannot yet place replicated streams
+        (a stream create can outlast its 5 s request on a busy machine; ensure is idempotent)."""
+        async with asyncio.timeout(TOPOLOGY_WITHIN_S):
+            while True:
+                try:
+                    await ensure(self.js, self.settings)
+                    return
+                except NatsTimeoutError:
+                    pass
+                except APIError as e:
+                    if e.code != UNAVAILABLE:
+                        raise
+                await asyncio.sleep(TOPOLOGY_RETRY_S)
 
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
