@@ -489,8 +489,12 @@ async def test_seeder_may_only_publish_seeds_and_a_worker_may_not_delete_a_strea
         worker = await connect_as(server, "worker", errors)
         try:
             await seeder.publish(SEEDS, b"https://example.com/")  # what `nats pub` does
-            await seeder.flush()
-            assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 1, "allowed"
+            await seeder.flush()  # the server has it; JetStream stores it a moment later
+
+            async def seed_stored() -> bool:
+                return (await js.stream_info(FRONTIER_STREAM)).state.messages == 1
+
+            await eventually(seed_stored, within_s=10)  # allowed
 
             await seeder.publish(task_subject(0), b"https://example.com/")
             await refused(errors, f'publish to "{task_subject(0)}"')
