@@ -41,6 +41,7 @@ import pytest
 import yaml
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import StreamInfo
 from opentelemetry.sdk import environment_variables as otel_variables
 
 from dispatcher.intake import Intake
@@ -771,13 +772,19 @@ async def test_the_cluster_config_makes_three_nodes_serving_the_same_users_with_
         await eventually(placed, within_s=20)
         seeder = await connect_as(cluster_nodes[1], "seeder")
         await seeder.publish(SEEDS, b"https://example.com/")
-        await seeder.flush()
+        await seeder.flush()  # the server has it; JetStream stores it a moment later
         await seeder.close()
         admin = await connect_as(cluster_nodes[2], "admin")
-        info = await admin.jetstream().stream_info(FRONTIER_STREAM)
+        infos: list[StreamInfo] = []
+
+        async def stored_seed() -> bool:
+            infos.append(await admin.jetstream().stream_info(FRONTIER_STREAM))
+            return infos[-1].state.messages == 1
+
+        await eventually(stored_seed, within_s=10)
         await admin.close()
+        info = infos[-1]
         assert info.config.num_replicas == 3
-        assert info.state.messages == 1
         assert info.cluster is not None and len(info.cluster.replicas or []) == 2
     finally:
         await asyncio.gather(*(node.stop() for node in cluster_nodes))
