@@ -208,12 +208,18 @@ def _resolve(reference: str, ref: SplitResult, base: SplitResult) -> SplitResult
 
 def _backslashes_to_slashes(url: str) -> str:
     # Browsers read a backslash as "/" in an http(s) URL up to its query: href="\\h\a" is //h/a.
+    end = _path_end(url, 0)
+    return url[:end].replace("\\", "/") + url[end:]
+
+
+def _path_end(url: str, start: int) -> int:
+    """Where the part of ``url`` from ``start`` that precedes any query or fragment ends."""
     end = len(url)
     for delimiter in "?#":
-        found = url.find(delimiter, 0, end)
+        found = url.find(delimiter, start, end)
         if found >= 0:
             end = found
-    return url[:end].replace("\\", "/") + url[end:]
+    return end
 
 
 def _split_port(netloc: str, original: str) -> tuple[str, str]:
@@ -370,13 +376,7 @@ def _without_dot_segments(url: str, path_start: int) -> str:
     """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
     of writing one URL share a cache key. A path with escapes or backslashes is left whole:
     canonicalize decodes ``%2E`` and turns backslashes into slashes before it removes them."""
-    if "/." not in url:
-        return url
-    end = len(url)
-    for delimiter in "?#":
-        found = url.find(delimiter, path_start, end)
-        if found >= 0:
-            end = found
+    end = _path_end(url, path_start)
     path = url[path_start:end]
     if "/." not in path or "%" in path or "\\" in path:  # backslashes: browsers' slashes
         return url
@@ -585,19 +585,20 @@ class LinkCanonicalizer:
         return link
 
     def _origin(self, origin: str) -> dict[str, str | None]:
-        if self._remembered >= self._size:
-            self._by_origin.clear()
-            self._remembered = 0
+        self._make_room()
         known: dict[str, str | None] = {}
         self._by_origin[origin] = known
-        self._remembered += 1
         return known
 
     def _remember(self, known: dict[str, str | None], href: str, answer: str | None) -> None:
-        if self._remembered >= self._size:  # the dict of this page stays in use until it ends
+        self._make_room()  # the dict of this page stays in use until the page ends
+        known[href] = answer
+
+    def _make_room(self) -> None:
+        """Count one more entry, dropping every origin's memory first when it is full."""
+        if self._remembered >= self._size:
             self._by_origin.clear()
             self._remembered = 0
-        known[href] = answer
         self._remembered += 1
 
     def _canonical_or_none(self, url: str, base: str | None) -> str | None:

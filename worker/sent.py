@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from itertools import islice
 
 from jetcrawl.messages import Lineage
 
@@ -75,5 +76,5 @@ class SentLinks:
             remembered[link] = entry
         excess = len(remembered) - self._size
         if excess > 0:
-            for link in [link for link, _ in zip(remembered, range(excess), strict=False)]:
+            for link in list(islice(remembered, excess)):
                 del remembered[link]

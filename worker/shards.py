@@ -87,7 +87,7 @@ class ShardPuller:
     async def _lingering(self) -> list[Msg]:
         """Tasks a pull request delivered after its fetch returned: take them before leaving.
 
-        nats-py's fetch can return (with what it has) before the server's pull request expires;
+        ``pull`` can return (with what it has) before the server's pull request expires;
         what the request delivers later lands in this subscription's queue, where the next fetch
         would find it. A puller that is leaving has no next fetch: without this, those tasks
         would sit unacknowledged until AckWait, delaying a handover by that much.
