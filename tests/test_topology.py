@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from jetcrawl.embedded import NatsServer
@@ -87,3 +88,58 @@ async def test_ensure_twice_changes_nothing(nats_server: NatsServer, js: JetStre
     await ensure(js, settings)
     after = await js.stream_info("CRAWL_FRONTIER")
     assert before.config == after.config and before.created == after.created
+
+
+async def _requests_of(nc: NATS, js: JetStreamContext, settings: Settings) -> list[str]:
+    """The subjects of the JetStream API requests one ``ensure`` makes."""
+    seen: list[str] = []
+
+    async def record(msg: Msg) -> None:
+        seen.append(msg.subject)
+
+    sub = await nc.subscribe("$JS.API.>", cb=record)
+    try:
+        await ensure(js, settings)
+        await nc.flush()
+    finally:
+        await sub.unsubscribe()
+    return seen
+
+
+def _writes(requests: list[str]) -> list[str]:
+    return [s for s in requests if ".CREATE." in s or ".UPDATE." in s]
+
+
+async def test_ensure_on_a_topology_in_place_changes_nothing_and_asks_little(
+    nc: NATS, js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    # 300 shards: the task stream's consumers fill more than one page of the list API (256).
+    settings = Settings(nats_url=nats_server.url, shards=300)
+    assert len(_writes(await _requests_of(nc, js, settings))) > 300  # every stream and consumer
+    asked = await _requests_of(nc, js, settings)
+    assert not _writes(asked), asked
+    assert len(asked) < 20, asked  # lists, not one request per consumer
+
+
+async def test_ensure_puts_back_what_was_changed_by_hand(
+    nc: NATS, js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    settings = Settings(nats_url=nats_server.url, shards=4)
+    await ensure(js, settings)
+    results = (await js.stream_info("CRAWL_RESULTS")).config
+    results.max_age = 3600.0  # a limit where we declare none
+    await js.update_stream(results)
+    shard = (await js.consumer_info("CRAWL_TASKS", "shard-2")).config
+    shard.max_ack_pending = 7
+    await js.add_consumer("CRAWL_TASKS", shard)
+
+    writes = _writes(await _requests_of(nc, js, settings))
+
+    # Only what was changed is written (a stream is created, or else updated).
+    assert {w.rsplit(".", 1)[-1] for w in writes} == {"CRAWL_RESULTS", "shard-2"}, writes
+    assert not (await js.stream_info("CRAWL_RESULTS")).config.max_age
+    declared = next(
+        c for _, c in Topology.from_settings(settings).consumers if c.durable_name == "shard-2"
+    )
+    restored = (await js.consumer_info("CRAWL_TASKS", "shard-2")).config
+    assert restored.max_ack_pending == declared.max_ack_pending != 7
