@@ -162,6 +162,7 @@ async def test_abandoning_ends_the_wait_with_nothing_taken() -> None:
     waiting = asyncio.create_task(p.turn("h", None, deferrable=True, unless=lost))
     await asyncio.sleep(0.02)
     lost.set()
+    p.wake_all()  # as the worker does on a lost lease
     assert await asyncio.wait_for(waiting, 1) is None
     assert (p.waiting, fetch.in_flight) == (0, 0)
 

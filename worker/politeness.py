@@ -47,13 +47,43 @@ _EWMA = 0.2  # weight of the latest request in a slot's mean request time
 
 
 class _Waiter:
-    __slots__ = ("deferrable", "deferred_for", "wake", "wants_slot")
+    """A task waiting for its host's turn. Woken by a plain future, not an Event: a wait then
+    costs no task (an ``asyncio.Event`` raced against a timeout cost two tasks and an
+    ``asyncio.wait`` per wait, ~20 us, and tasks wait about 1.3 times per page)."""
+
+    __slots__ = ("_future", "_woken", "deferrable", "deferred_for", "wants_slot")
 
     def __init__(self, deferrable: bool) -> None:
         self.deferrable = deferrable
         self.deferred_for: float | None = None
-        self.wake = asyncio.Event()
         self.wants_slot = False  # its turn has come and it waits for a fetch slot
+        self._woken = False  # woken while not sleeping: the next sleep returns at once
+        self._future: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Have it look again: now if it sleeps, else right after its next check."""
+        self._woken = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    async def sleep(self, at_most_s: float | None) -> None:
+        """Until woken, or ``at_most_s`` has passed."""
+        if not self._woken:
+            loop = asyncio.get_running_loop()
+            future = self._future = loop.create_future()
+            timer = None if at_most_s is None else loop.call_later(at_most_s, _settle, future)
+            try:
+                await future
+            finally:
+                self._future = None
+                if timer is not None:
+                    timer.cancel()
+        self._woken = False
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(slots=True)
@@ -155,6 +185,7 @@ class Politeness:
         """Wait for a turn to request ``host``: a ``Turn``, ``Deferred``, or None if ``unless``.
 
         A granted turn holds a fetch slot and one of the host's connections until ``done``.
+        Whoever sets ``unless`` calls ``wake_all()`` so that a waiting task sees it.
         """
         slot = self._slot(host)
         slot.delay_s = self.delay_for(crawl_delay_s)
@@ -182,8 +213,7 @@ class Politeness:
                         waiter.wants_slot = True
                         self._slot_waiters.append(waiter)
                 self._pass_fetch_slot()  # a free one this task cannot use yet: to the next in line
-                await _wait_any([waiter.wake, unless], at_most_s)
-                waiter.wake.clear()
+                await waiter.sleep(at_most_s)
         finally:
             waiter.wants_slot = False
             if waiter in slot.waiting:  # not granted: deferred, abandoned or cancelled
@@ -231,9 +261,15 @@ class Politeness:
             back_at = max(at, slot.booked_until + slot.delay_s)
             slot.booked_until = back_at
             waiter.deferred_for = back_at - now
-            waiter.wake.set()
+            waiter.wake()
         self.deferred += len(chosen)
         return len(chosen)
+
+    def wake_all(self) -> None:
+        """Have every waiting task look again (an ``unless`` event of some was set)."""
+        for slot in self._queued.values():
+            for waiter in slot.waiting:
+                waiter.wake()
 
     # ------------------------------------------------------------------ internals
 
@@ -253,7 +289,7 @@ class Politeness:
             waiter = self._slot_waiters.popleft()
             if waiter.wants_slot:
                 waiter.wants_slot = False
-                waiter.wake.set()
+                waiter.wake()
                 return
 
     def _grant(self, host: str, slot: Slot, now: float) -> Turn:
@@ -266,7 +302,7 @@ class Politeness:
 
     def _dequeued(self, host: str, slot: Slot) -> None:
         if slot.waiting:
-            slot.waiting[0].wake.set()  # the new head: its turn may have come
+            slot.waiting[0].wake()  # the new head: its turn may have come
         else:
             self._queued.pop(host, None)
 
@@ -282,14 +318,4 @@ class Politeness:
 
 def _wake_head(slot: Slot) -> None:
     if slot.waiting:
-        slot.waiting[0].wake.set()
-
-
-async def _wait_any(events: list[asyncio.Event], at_most_s: float | None) -> None:
-    """Until one of ``events`` is set, or ``at_most_s`` has passed."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=at_most_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
+        slot.waiting[0].wake()

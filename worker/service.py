@@ -204,4 +204,5 @@ class Worker:
         log.warning("worker %s lost its lease: stopping all pulls", self.worker_id)
         for puller, _ in self._pullers.values():
             puller.abandon()
+        self.politeness.wake_all()  # tasks waiting for their host's turn see the abandon
         self._pullers.clear()
