@@ -1,13 +1,8 @@
-"""A service's HTTP endpoint on ``metrics_port``: ``/metrics``, ``/healthz``, ``/readyz``.
+"""A service's readiness: named checks that ``/readyz`` (:mod:`jetcrawl.endpoint`) answers.
 
-``/healthz``  200 while the process and its event loop run (a liveness probe).
-``/readyz``   200 when every readiness check passes, else 503; the JSON body names each check and
-              why it fails. The service adds its checks as its parts come up (NATS connected and
-              the topology present; for a worker, registered in etcd with etcd answering), so a
-              service still starting is alive but not ready.
-``/metrics``  the service's Prometheus registry, in the format the scraper asks for.
-
-The endpoint is an aiohttp app the service runs beside its work and closes when it stops.
+The service adds its checks as its parts come up (NATS connected and the topology present; for a
+worker, registered in etcd with etcd answering), so a service still starting is alive but not
+ready. Apart from the endpoint so that a service without one never imports aiohttp's server.
 """
 
 from __future__ import annotations
@@ -15,25 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
-import orjson
-from aiohttp import web
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
-from prometheus_client import CollectorRegistry
-from prometheus_client.aiohttp import make_aiohttp_handler
 
 from jetcrawl.settings import Settings
 from jetcrawl.topology import FRONTIER_STREAM, SHARDS_METADATA_KEY, TASKS_STREAM
 
-__all__ = ["Endpoint", "Readiness", "nats_ready", "registry_ready"]
+__all__ = ["Readiness", "nats_ready", "registry_ready"]
 
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 2.0
-DEFAULT_HOST = "0.0.0.0"
 
 # A check answers None when ready, else why not.
 Check = Callable[[], Awaitable[str | None]]
@@ -63,53 +52,6 @@ class Readiness:
                 return await check()
         except TimeoutError:
             return f"no answer within {CHECK_TIMEOUT_S:g} s"
-
-
-class Endpoint:
-    """The HTTP endpoint; an async context manager that serves while entered."""
-
-    def __init__(
-        self,
-        port: int,
-        registry: CollectorRegistry,
-        readiness: Readiness,
-        host: str = DEFAULT_HOST,
-    ) -> None:
-        self._host = host
-        self._port = port
-        self.readiness = readiness
-        app = web.Application()
-        app.router.add_get("/metrics", make_aiohttp_handler(registry))
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
-
-    async def __aenter__(self) -> Self:
-        await self._runner.setup()
-        try:
-            await web.TCPSite(self._runner, self._host, self._port).start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
-        log.info("metrics and health on http://%s:%d/", self._host, self._port)
-        return self
-
-    async def __aexit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._runner.cleanup()
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        checks = await self.readiness.probe()
-        ready = all(answer == "ok" for answer in checks.values())
-        return web.Response(
-            body=orjson.dumps({"ready": ready, "checks": checks}),
-            status=200 if ready else 503,
-            content_type="application/json",
-        )
 
 
 def nats_ready(nc: NATS, settings: Settings) -> Check:

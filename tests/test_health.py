@@ -5,7 +5,8 @@ from __future__ import annotations
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from jetcrawl.health import Endpoint, Readiness, nats_ready
+from jetcrawl.endpoint import Endpoint
+from jetcrawl.health import Readiness, nats_ready
 from jetcrawl.metrics import DispatcherMetrics, WorkerMetrics
 from jetcrawl.settings import Settings
 from jetcrawl.topology import ensure

@@ -1,0 +1,45 @@
+"""What a ``jetcrawl`` process loads: aiohttp only where it is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# Run in a fresh interpreter: the test process has aiohttp loaded already.
+PROBE = """
+import sys
+from jetcrawl.cli import defer_aiohttp
+defer_aiohttp()
+import {modules}
+loaded = type(sys.modules["aiohttp"]).__name__ == "module"
+print("loaded" if loaded else "deferred")
+"""
+
+
+def _aiohttp_after(*modules: str) -> str:
+    code = PROBE.format(modules=", ".join(modules))
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_a_dispatcher_and_the_crawl_command_do_not_load_aiohttp() -> None:
+    # What run_dispatcher and run_crawl import (nats-py imports aiohttp for websockets).
+    modules = ("dispatcher", "jetcrawl.crawl", "jetcrawl.health", "jetcrawl.metrics", "otel")
+    assert _aiohttp_after(*modules) == "deferred"
+
+
+def test_aiohttp_loads_where_it_is_used() -> None:
+    assert _aiohttp_after("worker") == "loaded"
+    assert _aiohttp_after("jetcrawl.endpoint") == "loaded"
+
+
+def test_a_deferred_aiohttp_works_when_used() -> None:
+    code = PROBE.format(modules="nats") + (
+        "import aiohttp\nfrom aiohttp import web\n"
+        "assert aiohttp.ClientSession and web.Application\nprint('used')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert out == ["deferred", "used"]
