@@ -325,10 +325,10 @@ def _endpoint(
     settings: Settings, registry: CollectorRegistry, readiness: Readiness
 ) -> contextlib.AbstractAsyncContextManager[object]:
     """The service's /metrics, /healthz and /readyz, when ``metrics_port`` is set."""
-    from jetcrawl.endpoint import Endpoint
-
     if not settings.metrics_port:
         return contextlib.nullcontext()
+    from jetcrawl.endpoint import Endpoint  # not before: it loads aiohttp's server
+
     return Endpoint(settings.metrics_port, registry, readiness)
 
 

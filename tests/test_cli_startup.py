@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+from jetcrawl.embedded import NatsServer
+from tests.streams import eventually
 
 # Run in a fresh interpreter: the test process has aiohttp loaded already.
 PROBE = """
@@ -43,3 +49,31 @@ def test_a_deferred_aiohttp_works_when_used() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout.split()
     assert out == ["deferred", "used"]
+
+
+async def test_a_running_dispatcher_has_not_loaded_aiohttp(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Its code: aiohttp's C extensions are not mapped into the process (they would be, loaded)."""
+    log_path = tmp_path / "dispatcher.log"
+    env = {**os.environ, "JETCRAWL_NATS_URL": nats_server.url}
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jetcrawl", "dispatcher", env=env, stdout=log, stderr=log
+        )
+    try:
+
+        async def running() -> bool:
+            return b"dispatcher running" in _read(log_path)
+
+        await eventually(running)
+        maps = _read(Path(f"/proc/{proc.pid}/maps")).decode()
+        assert "orjson" in maps  # a C extension it loaded is mapped
+        assert "aiohttp" not in maps
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes()
