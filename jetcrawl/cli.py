@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib.abc
 import importlib.util
 import logging
 import os
@@ -423,9 +422,10 @@ def run_async(main: Callable[[], Awaitable[Any]]) -> Any:
         return asyncio.run(main())  # type: ignore[arg-type]
 
 
-class _DeferredImport(importlib.abc.MetaPathFinder):
-    """Finds one top-level module with a ``LazyLoader``: the module is loaded when first used,
-    not when first imported."""
+class _DeferredImport:
+    """A ``sys.meta_path`` finder for one top-level module that gives it a ``LazyLoader``: the
+    module is loaded when first used, not when first imported. (Not an ``importlib.abc``
+    subclass: importing that costs ~10 ms, for a protocol of one method.)"""
 
     def __init__(self, name: str) -> None:
         self._name = name
