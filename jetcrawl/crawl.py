@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 _DIE_WITH_US = parent_death_hook()
 
 SNAPSHOT_EVERY_S = 0.5
+# After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
+# comes sooner: the crawl ends ~0.7 s earlier (the bench site, 3,000 pages). Drained is still two snapshots that
+# agree, whatever their interval: work in flight is always visible in one (jetcrawl.drain).
+SETTLE_CHECK_S = 0.1
 WORKERS_READY_TIMEOUT_S = 30.0
 DEAD_REASONS_READ_MAX = 10_000
 COLLECT_BATCH = 512
@@ -446,7 +450,7 @@ async def _wait_drained(
             if current.settled_after(previous):
                 return
             previous = current
-            await _wait(interrupt.requested, SNAPSHOT_EVERY_S)
+            await _wait(interrupt.requested, SETTLE_CHECK_S if current.idle else SNAPSHOT_EVERY_S)
     finally:
         progress.done()
 
