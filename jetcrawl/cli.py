@@ -450,8 +450,9 @@ def defer_aiohttp() -> None:
     a short command's). Only the processes that use it load it now: a worker (its HTTP client)
     and a service serving ``metrics_port``.
     """
-    if "aiohttp" not in sys.modules:
-        sys.meta_path.insert(0, _DeferredImport("aiohttp"))
+    if "aiohttp" in sys.modules or any(isinstance(f, _DeferredImport) for f in sys.meta_path):
+        return  # imported already, or deferred by an earlier call
+    sys.meta_path.insert(0, _DeferredImport("aiohttp"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,8 +45,9 @@ _DIE_WITH_US = parent_death_hook()
 
 SNAPSHOT_EVERY_S = 0.5
 # After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
-# comes sooner: the crawl ends ~0.7 s earlier (the bench site, 3,000 pages). Drained is still two snapshots that
-# agree, whatever their interval: work in flight is always visible in one (jetcrawl.drain).
+# comes sooner: the crawl ends ~0.7 s earlier (the bench site, 3,000 pages). Drained is still
+# two snapshots that agree, whatever their interval: work in flight is always visible in one
+# (jetcrawl.drain).
 SETTLE_CHECK_S = 0.1
 WORKERS_READY_TIMEOUT_S = 30.0
 DEAD_REASONS_READ_MAX = 10_000
