@@ -32,6 +32,7 @@ Worker (``WorkerMetrics``)::
     jetcrawl_links_published_total       links sent back to the frontier
     jetcrawl_links_sent_before_total     links left out of a page's message: the worker sent them
                                          to the frontier already (worker/sent.py)
+    jetcrawl_publish_retries_total       records published again in place after a failed publish
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class CrawlCounts(Protocol):
     def links_published(self) -> int: ...
     @property
     def links_sent_before(self) -> int: ...
+    @property
+    def publish_retries(self) -> int: ...
     @property
     def dead_letters(self) -> int: ...
 
@@ -215,6 +218,11 @@ class WorkerMetrics(ServiceMetrics):
                     "jetcrawl_links_sent_before",
                     "Links left out of a page's message: this worker sent them already.",
                     lambda: worker.stats.links_sent_before,
+                ),
+                (
+                    "jetcrawl_publish_retries",
+                    "Records published again in place after a failed publish.",
+                    lambda: worker.stats.publish_retries,
                 ),
                 (
                     "jetcrawl_dead_letters",

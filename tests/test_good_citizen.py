@@ -22,10 +22,18 @@ from jetcrawl.drain import Snapshot, snapshot
 from jetcrawl.embedded import NatsServer
 from jetcrawl.messages import DeadLetter, Result, Task
 from jetcrawl.settings import Settings
-from jetcrawl.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, TASKS_STREAM, shard_consumer
+from jetcrawl.topology import (
+    DEAD_STREAM,
+    RESULTS_STREAM,
+    SEEDS,
+    TASKS_STREAM,
+    ensure,
+    shard_consumer,
+)
 from tests.badsite import BadSite
 from tests.streams import eventually, stored
 from worker import Worker
+from worker.crawl import PUBLISH_TRIES
 
 SHARDS = 4
 
@@ -268,6 +276,52 @@ async def test_when_retries_run_out_the_failure_is_the_result_and_a_dead_letter(
     [letter] = await dead_letters(js)
     assert (letter.stage, letter.reason) == ("fetch", "retries_exhausted")
     assert Task.from_wire(letter.original).url == site.url("/p0"), "the task, for a replay"
+
+
+# --- storing the records
+
+
+async def test_a_result_jetstream_could_not_store_is_published_again_in_place(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    """The results stream is gone for a moment: the page is fetched once and its result stored
+    once; the task is not handed back, so it costs no attempt and no second request."""
+    settings = settings_for(nats_server)
+    async with site_of("127.0.0.2", 0) as site, crawling(settings) as worker:
+        await js.delete_stream(RESULTS_STREAM)  # a result publish now gets no answer at all
+        await seed(js, [site.url("/")])
+
+        async def failed_once() -> bool:
+            return worker.stats.publish_retries > 0
+
+        await eventually(failed_once)
+        await ensure(js, settings)  # back before the next try (PUBLISH_RETRY_DELAY_S later)
+        await drained(js)
+        assert worker.stats.retried == 0
+    [result] = (await results(js)).values()
+    assert (result.url, result.attempt) == (site.url("/"), 1)
+    assert site.hits["/"] == 1
+    assert await redelivered(js) == 0
+
+
+async def test_a_result_that_still_cannot_be_stored_hands_its_task_back(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server)
+    async with site_of("127.0.0.2", 0) as site, crawling(settings) as worker:
+        await js.delete_stream(RESULTS_STREAM)
+        await seed(js, [site.url("/")])
+
+        async def handed_back() -> bool:
+            return worker.stats.retried > 0
+
+        await eventually(handed_back)
+        assert worker.stats.publish_retries == PUBLISH_TRIES - 1
+        await ensure(js, settings)
+        await drained(js)
+    [result] = (await results(js)).values()
+    assert result.attempt == 2, "the nak was a delivery: the second one stored it"
+    assert site.hits["/"] == 2
 
 
 # --- redirects and the SSRF guard inside a crawl

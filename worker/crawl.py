@@ -44,7 +44,12 @@ from worker.validators import Validators
 
 log = logging.getLogger(__name__)
 
-PUBLISH_RETRY_DELAY_S = 1.0
+# A task's records (result, links, dead letter) that JetStream did not store are published again
+# in place, the task still held, before it is handed back: a NATS hiccup (a leader election, a
+# reconnect) then costs no second fetch of the page and no attempt. Their message ids make a
+# repeat of one that was stored after all harmless.
+PUBLISH_TRIES = 3
+PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
 FAULT_AFTER_RESULT = "worker.after_result"
 # "worker.exit_on_url:<text>": the process exits when it is about to fetch a URL containing
 # <text>, every time — a poison task, for the tests of the max-deliveries path.
@@ -65,6 +70,7 @@ class CrawlStats:
     links_sent_before: int = 0  # links left out of a page's message: this worker sent them already
     dead_letters: int = 0
     deferred: int = 0  # waiting tasks handed back to make room (not attempts)
+    publish_retries: int = 0  # records published again in place after a failed publish
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,10 +369,11 @@ class TaskProcessor:
             outgoing.append(
                 Outgoing(dead_subject(letter.stage), letter.to_wire(), {MSG_ID: f"dead-{crawl_id}"})
             )
-        acks = await self._outbox.send(outgoing)
-        failed = [a for a in acks if isinstance(a, PublishFailed)]
-        if failed:
-            log.warning("publishing the result of %s failed, retrying: %s", result.url, failed[0])
+        failed = await self._publish(outgoing)
+        if failed is not None:
+            log.warning(
+                "publishing the result of %s failed, handing it back: %s", result.url, failed
+            )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
         if self._settings.fault == FAULT_AFTER_RESULT:
@@ -380,6 +387,29 @@ class TaskProcessor:
             self.stats.links_published += len(links.links)
         if letter is not None:
             self.stats.dead_letters += 1
+
+    async def _publish(self, outgoing: list[Outgoing]) -> PublishFailed | None:
+        """Publish all, again in place what was not stored (``PUBLISH_TRIES`` in all); the
+        first failure left, or None when all are stored."""
+        acks = await self._outbox.send(outgoing)
+        delay_s = PUBLISH_RETRY_DELAY_S
+        for _ in range(PUBLISH_TRIES - 1):
+            failed = [i for i, ack in enumerate(acks) if isinstance(ack, PublishFailed)]
+            if not failed:
+                return None
+            log.warning(
+                "publishing %s failed, again in %.0f s: %s",
+                outgoing[failed[0]].subject,
+                delay_s,
+                acks[failed[0]],
+            )
+            self.stats.publish_retries += len(failed)
+            await asyncio.sleep(delay_s)
+            delay_s *= 2
+            again = await self._outbox.send([outgoing[i] for i in failed])
+            for i, ack in zip(failed, again, strict=True):
+                acks[i] = ack
+        return next((ack for ack in acks if isinstance(ack, PublishFailed)), None)
 
     async def _retry(self, msg: Msg, delay_s: float) -> None:
         await self._outbox.nak(msg, delay=delay_s)
@@ -397,10 +427,10 @@ class TaskProcessor:
             stream_seq=msg.metadata.sequence.stream,
         )
         msg_id = f"dead-task-{msg.metadata.sequence.stream}"
-        [ack] = await self._outbox.send(
+        failed = await self._publish(
             [Outgoing(dead_subject(STAGE_TASK), letter.to_wire(), {MSG_ID: msg_id})]
         )
-        if isinstance(ack, PublishFailed):
+        if failed is not None:
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
         log.warning(
