@@ -52,11 +52,19 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     assert len(report["ceiling"]["phases"]) == 6
     markdown = (tmp_path / "bench.md").read_text()
     assert "| jetcrawl-1 |" in markdown and "## Targets" in markdown
-    share = report["systems"]["jetcrawl-1"]["comparisons"]["cpu_vs_scrapy"]
+    comparisons = report["systems"]["jetcrawl-1"]["comparisons"]
+    share = comparisons["cpu_vs_scrapy"]
     if "scrapy" in systems:  # jetcrawl's CPU per page as a share of Scrapy's, in the text too
         assert share > 0 and "as a share of Scrapy's: jetcrawl-1" in markdown
     else:
         assert share is None
+    # The other yardstick: the CPU per page times this machine's bare loop speed over the
+    # issue's (3,400 pages/s there).
+    metrics = report["systems"]["jetcrawl-1"]["metrics"]
+    bare = report["systems"]["bare-extract"]["metrics"]["pages_per_s"]["median"]
+    expected = metrics["cpu_ms_per_page"]["median"] * bare / 3400
+    assert comparisons["cpu_ms_scaled_by_bare"] == pytest.approx(expected)
+    assert "Scaled by the bare fetch+extract loop's speed instead" in markdown
 
 
 def test_memory_command_reports_checkpoints(tmp_path: Path) -> None:
