@@ -110,7 +110,7 @@ class Report:
             "vs_scrapy": rate / scrapy if scrapy else None,
             "vs_bare_extract": rate / bare if bare else None,
             # CPU per page as a share of Scrapy's, which does not depend on the machine as much
-            # as milliseconds do; the CPU target is REFERENCE share of it.
+            # as milliseconds do; the CPU target was TARGET_CPU_MS / REFERENCE_SCRAPY_CPU_MS.
             "cpu_vs_scrapy": cpu / scrapy_cpu if scrapy_cpu else None,
             # The CPU per page scaled to that machine by the bare loop's speed instead (a
             # CPU-bound single process, so its pages/s goes with the machine's speed).
@@ -228,7 +228,8 @@ class Report:
         """The CPU per page as it would be on the machine where the targets were set, by the two
         yardsticks this run measured (Scrapy's CPU, the bare loop's speed); a report line."""
         sentences = []
-        shares = [(s, self.comparisons(s)["cpu_vs_scrapy"]) for s in systems]
+        comparisons = {system: self.comparisons(system) for system in systems}
+        shares = [(s, comparisons[s]["cpu_vs_scrapy"]) for s in systems]
         if all(share is not None for _, share in shares):
             reference = TARGET_CPU_MS / REFERENCE_SCRAPY_CPU_MS
             sentences.append(
@@ -242,12 +243,14 @@ class Report:
                 )
                 + "."
             )
-        scaled = [(s, self.comparisons(s)["cpu_ms_scaled_by_bare"]) for s in systems]
+        scaled = [(s, comparisons[s]["cpu_ms_scaled_by_bare"]) for s in systems]
         if all(ms is not None for _, ms in scaled):
             sentences.append(
                 "Scaled by the bare fetch+extract loop's speed instead "
                 f"({REFERENCE_BARE_EXTRACT_PAGES_S:,.0f} pages/s there): "
-                + ", ".join(f"{system} {ms:.2f} ms there" for system, ms in scaled if ms)
+                + ", ".join(
+                    f"{system} {ms:.2f} ms there" for system, ms in scaled if ms is not None
+                )
                 + "."
             )
         return ["", "Machines differ. " + " ".join(sentences)] if sentences else []

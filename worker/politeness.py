@@ -63,8 +63,8 @@ class _Waiter:
     def wake(self) -> None:
         """Have it look again: now if it sleeps, else right after its next check."""
         self._woken = True
-        if self._future is not None and not self._future.done():
-            self._future.set_result(None)
+        if self._future is not None:
+            _settle(self._future)
 
     async def sleep(self, at_most_s: float | None) -> None:
         """Until woken, or ``at_most_s`` has passed."""
