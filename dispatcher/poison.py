@@ -33,6 +33,7 @@ from nats.js.errors import NotFoundError
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 from jetcrawl.dlq import STAGE_POISON
 from jetcrawl.messages import DeadLetter
+from jetcrawl.pull import Cut, hand_back, pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import ADVISORIES_STREAM, POISON_CONSUMER, TASKS_STREAM, dead_subject
 
@@ -66,11 +67,12 @@ class PoisonCollector:
             durable=POISON_CONSUMER, stream=ADVISORIES_STREAM
         )
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self, stopping: asyncio.Event, cut: Cut) -> None:
+        """Collect until ``stopping`` is set; ``cut`` (set with it) ends a waiting pull."""
         assert self._sub is not None, "start() first"
         while not stopping.is_set():
             try:
-                msgs = await self._sub.fetch(BATCH, timeout=FETCH_WAIT_S)
+                msgs = await pull(self._sub, BATCH, FETCH_WAIT_S, cut)
             except TimeoutError:
                 continue  # nothing to collect (nats-py raises a TimeoutError subclass too)
             except NatsError as e:
@@ -80,6 +82,10 @@ class PoisonCollector:
                 continue
             for msg in msgs:
                 await self._handle(msg)
+        try:
+            await hand_back(self._sub, cut)
+        except NatsError as e:  # gone with the connection: redelivered after AckWait
+            log.warning("poison advisories delivered late not handed back: %r", e)
 
     async def _handle(self, advisory: Msg) -> None:
         try:

@@ -34,7 +34,7 @@ from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
 from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.messages import DeadLetter, Task
-from jetcrawl.pull import pull
+from jetcrawl.pull import Cut, hand_back, pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
     DISPATCH_CONSUMER,
@@ -88,6 +88,7 @@ class Dispatcher:
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
         # lifecycle
         self._stopping = asyncio.Event()
+        self._cut = Cut()  # set with _stopping: a pull waiting for work returns at once
         self._closed = False
         # progress, for status and for tests that wait on a state
         self.stats = DispatchStats()
@@ -121,6 +122,7 @@ class Dispatcher:
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
         self._stopping.set()
+        self._cut.set()
 
     async def close(self) -> None:
         if self._closed:
@@ -139,14 +141,14 @@ class Dispatcher:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
         assert self.poison is not None, "start() first"
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.poison.run(self._stopping))
+            tg.create_task(self.poison.run(self._stopping, self._cut))
             await self._pull_frontier()
 
     async def _pull_frontier(self) -> None:
         assert self._sub is not None, "start() first"
         while not self._stopping.is_set():
             try:
-                msgs = await pull(self._sub, self._settings.dispatch_batch, FETCH_WAIT_S)
+                msgs = await pull(self._sub, self._settings.dispatch_batch, FETCH_WAIT_S, self._cut)
             except TimeoutError:
                 continue  # nothing to do (nats-py raises a TimeoutError subclass too)
             except NatsError as e:
@@ -156,6 +158,10 @@ class Dispatcher:
             await self._handle(msgs)
             if len(msgs) < self._settings.dispatch_batch and self._settings.dispatch_linger_s > 0:
                 await self._pause(self._settings.dispatch_linger_s)  # let the frontier fill up
+        try:
+            await hand_back(self._sub, self._cut)  # what the last requests delivered late
+        except NatsError as e:  # gone with the connection: redelivered after AckWait
+            log.warning("frontier messages delivered late not handed back: %r", e)
 
     async def wait_until(self, predicate: Callable[[DispatchStats], bool]) -> None:
         """Wait until ``predicate(stats)`` holds (callers bound it with ``asyncio.timeout``)."""

@@ -9,15 +9,21 @@ only when that finds nothing a request that waits — and reads the queue direct
 ``asyncio.timeout``. Unlike ``fetch``, the waiting request asks for one message, so a pull
 returns as soon as work arrives instead of when the batch fills or the request expires.
 
-It relies on private attributes of nats-py's subscriptions (the pull subscription's core
-subscription, request subject and inbox; the core subscription's queue and pending-bytes count),
-as ``worker.shards`` already did; tests/test_pull.py runs it against a real server, with status
-messages, timeouts and leftovers, so a nats-py that changes them fails there.
+A consumer that stops cuts its pull short (``Cut``) and ends its requests with
+``end_requests`` (``hand_back`` also naks what they delivered late), so a shard changes hands or a
+service stops without waiting out a request's expiry.
+
+It relies on private attributes of nats-py (the pull subscription's core subscription, request
+subject and inbox; the core subscription's queue and pending-bytes count; the client's
+unsubscribe command and server INFO); tests/test_pull.py runs it against a real server and a
+cluster, with status messages, timeouts, leftovers and cuts, so a nats-py that changes them fails
+there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import orjson
 from nats.aio.msg import Msg
@@ -25,21 +31,46 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
-__all__ = ["pull"]
+__all__ = ["Cut", "end_requests", "hand_back", "pull"]
 
 # Status headers of a pull request's replies (nats-server's JetStream pull protocol).
 _STATUS = "Status"
 _HEARTBEAT = "100"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, request expired, conflict
 _EXPIRES_MARGIN_NS = 100_000  # as nats-py: the server ends the request just before we give up
+_EXPIRED_MARGIN_S = 0.1  # past a request's expiry, its last deliveries have arrived
 
 
-async def pull(psub: JetStreamContext.PullSubscription, batch: int, wait_s: float) -> list[Msg]:
+class Cut:
+    """Cuts the pulls of one subscription short from another task, as a stopping consumer wants.
+
+    After ``set()``, the pull in progress returns what it has at once (``TimeoutError`` if that
+    is nothing), and a later pull sends no request. Nothing is lost: what the server delivers
+    afterwards stays in the subscription's queue, for :func:`end_requests`, which also reads
+    ``requests_end``: when the last request a pull with this cut sent has surely expired.
+    """
+
+    __slots__ = ("_timeout", "is_set", "requests_end")
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self.requests_end = float("-inf")  # loop time
+        self._timeout: asyncio.Timeout | None = None  # the pull in progress's deadline
+
+    def set(self) -> None:
+        self.is_set = True
+        if self._timeout is not None and not self._timeout.expired():
+            self._timeout.reschedule(asyncio.get_running_loop().time())
+
+
+async def pull(
+    psub: JetStreamContext.PullSubscription, batch: int, wait_s: float, cut: Cut | None = None
+) -> list[Msg]:
     """Up to ``batch`` messages of ``psub``; raises ``TimeoutError`` if none came in ``wait_s``.
 
     Returns as soon as ``batch`` are in or the server says it has no more for now; with nothing
     there, as soon as one message arrives (``wait_s`` is also the waiting request's expiry on the
-    server).
+    server), or when ``cut`` is set.
     """
     if batch < 1 or wait_s <= 0:
         raise ValueError(f"pull needs batch >= 1 and wait_s > 0, got {batch}, {wait_s}")
@@ -53,11 +84,13 @@ async def pull(psub: JetStreamContext.PullSubscription, batch: int, wait_s: floa
         _keep(sub, queue.get_nowait(), msgs)
     if len(msgs) >= batch:
         return msgs
-
-    await _request(psub, {"batch": batch - len(msgs), "no_wait": True})
-    await _collect(sub, queue, msgs, batch, deadline)
+    if cut is None or not cut.is_set:
+        await _request(psub, {"batch": batch - len(msgs), "no_wait": True}, loop.time(), cut)
+        await _collect(sub, queue, msgs, batch, deadline, cut)
     if msgs:
         return msgs
+    if cut is not None and cut.is_set:
+        raise TimeoutError("cut short")
 
     # Nothing there: wait for the next message only. A request for the whole batch would hold
     # the caller until the batch filled or the request expired (nats-py's fetch does that), so
@@ -66,28 +99,87 @@ async def pull(psub: JetStreamContext.PullSubscription, batch: int, wait_s: floa
     remaining_ns = int((deadline - loop.time()) * 1e9) - _EXPIRES_MARGIN_NS
     if remaining_ns <= 0:
         raise TimeoutError("no messages")
-    await _request(psub, {"batch": 1, "expires": remaining_ns})
-    await _collect(sub, queue, msgs, 1, deadline)
+    await _request(psub, {"batch": 1, "expires": remaining_ns}, deadline, cut)
+    await _collect(sub, queue, msgs, 1, deadline, cut)
     if not msgs:
         raise TimeoutError("no messages")
     return msgs
 
 
-async def _request(psub: JetStreamContext.PullSubscription, request: dict[str, object]) -> None:
+async def end_requests(psub: JetStreamContext.PullSubscription, cut: Cut) -> list[Msg]:
+    """End ``psub``'s pull requests; return the messages they delivered that no pull took.
+
+    A pull returns before its request ends on the server (as soon as it has work, or when cut),
+    and the request goes on delivering to the subscription's inbox until it expires: a consumer
+    that leaves must take those messages, or they sit unacknowledged until AckWait. nats-server
+    gives a waiting request a message only while its inbox has interest, so on a single server,
+    unsubscribing the inbox and one round trip (the server has then taken the unsubscribe, and
+    sent everything it sent before it) end every request at once. A message the server picked
+    in the instant the unsubscribe landed is lost on the way and comes back after AckWait: late,
+    never lost. In a cluster the unsubscribe reaches the consumer's leader later than the round
+    trip tells, so there this waits until the last request (of the pulls with ``cut``) expired
+    instead, and takes what came. Pull no more from ``psub`` afterwards; unsubscribe it.
+    """
+    sub: Subscription = psub._sub
+    nc = psub._nc
+    if nc._server_info.get("cluster"):
+        delay = cut.requests_end - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)  # no event says that a request expired server-side
+    else:
+        await nc._send_unsubscribe(sub._id)
+        await nc.flush()
+    queue: asyncio.Queue[Msg] = sub._pending_queue
+    msgs: list[Msg] = []
+    while not queue.empty():
+        with contextlib.suppress(APIError):  # a status that is no message
+            _keep(sub, queue.get_nowait(), msgs)
+    return msgs
+
+
+async def hand_back(psub: JetStreamContext.PullSubscription, cut: Cut) -> int:
+    """:func:`end_requests`, and hand what they delivered late back to JetStream (``nak``), for
+    the next consumer at once; returns how many. For a consumer that stops taking work."""
+    late = await end_requests(psub, cut)
+    await asyncio.gather(*(msg.nak() for msg in late))
+    return len(late)
+
+
+async def _request(
+    psub: JetStreamContext.PullSubscription,
+    request: dict[str, object],
+    expires_at: float,
+    cut: Cut | None,
+) -> None:
+    if cut is not None:
+        cut.requests_end = max(cut.requests_end, expires_at + _EXPIRED_MARGIN_S)
     await psub._nc.publish(psub._nms, orjson.dumps(request), psub._deliver)
 
 
 async def _collect(
-    sub: Subscription, queue: asyncio.Queue[Msg], msgs: list[Msg], batch: int, deadline: float
+    sub: Subscription,
+    queue: asyncio.Queue[Msg],
+    msgs: list[Msg],
+    batch: int,
+    deadline: float,
+    cut: Cut | None,
 ) -> None:
-    """Read the request's deliveries until ``batch``, a status that ends it, or the deadline."""
+    """Read the request's deliveries until ``batch``, a status that ends it, the deadline or
+    the cut."""
     try:
-        async with asyncio.timeout_at(deadline):
+        async with asyncio.timeout_at(deadline) as timeout:
+            if cut is not None:
+                if cut.is_set:  # while the request went out
+                    return
+                cut._timeout = timeout
             while len(msgs) < batch:
                 if not _keep(sub, await queue.get(), msgs):
                     return
     except TimeoutError:
         return
+    finally:
+        if cut is not None:
+            cut._timeout = None
 
 
 def _keep(sub: Subscription, msg: Msg, msgs: list[Msg]) -> bool:

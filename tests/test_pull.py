@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from jetcrawl.pull import pull
+from jetcrawl.embedded import NatsCluster
+from jetcrawl.pull import Cut, end_requests, pull
 from tests.streams import eventually
 
 
@@ -79,6 +81,92 @@ async def test_leftovers_of_an_earlier_request_come_first_and_count(
     got = await pull(sub, 5, 1.0)
     assert [m.data for m in got] == [b"2"]
     assert sub.pending_bytes == 0
+
+
+async def test_a_cut_pull_returns_at_once_and_a_pull_after_the_cut_asks_nothing(
+    js: JetStreamContext,
+) -> None:
+    sub = await _consumer(js, 0)
+    cut = Cut()
+    waiting = asyncio.create_task(pull(sub, 5, 30.0, cut))
+    await asyncio.sleep(0.2)  # its request is out and waiting (as in the test above)
+    assert not waiting.done()
+    cut.set()
+    async with asyncio.timeout(5):  # not when the 30 s request expires
+        with pytest.raises(TimeoutError):
+            await waiting
+    await js.publish("p.0", b"0")  # the cut pull's request is still out: it takes this one
+
+    async def queued() -> bool:
+        await js._nc.flush()
+        return bool(sub.pending_msgs == 1)
+
+    await eventually(queued)
+    assert [m.data for m in await pull(sub, 5, 30.0, cut)] == [b"0"], "the queue still counts"
+    async with asyncio.timeout(5):
+        with pytest.raises(TimeoutError):
+            await pull(sub, 5, 30.0, cut)  # nothing queued, and no request sent
+
+
+async def test_end_requests_takes_what_came_late_and_ends_the_requests_at_once(
+    nc: NATS, js: JetStreamContext
+) -> None:
+    sub = await _consumer(js, 0)
+    # A request for three that expires in 30 s, whose deliveries no pull is reading (as a pull
+    # that returned early leaves one).
+    await nc.publish(sub._nms, b'{"batch": 3, "expires": 30000000000}', sub._deliver)
+    await js.publish("p.0", b"late")
+
+    async def queued() -> bool:
+        await nc.flush()
+        return bool(sub.pending_msgs == 1)
+
+    await eventually(queued)
+    cut = Cut()
+    cut.requests_end = asyncio.get_running_loop().time() + 30.0  # as a pull sets it
+    async with asyncio.timeout(5):  # on one server it does not wait for the expiry
+        left = await end_requests(sub, cut)
+    assert [m.data for m in left] == [b"late"]
+
+    # The request wanted two more, but takes nothing now (the subscription is not even
+    # unsubscribed yet): the next consumer gets them at once, not after AckWait (60 s).
+    await js.publish("p.1", b"next")
+    other = await js.pull_subscribe_bind(durable="c", stream="P")
+    async with asyncio.timeout(5):
+        got = await pull(other, 5, 10.0)
+    assert [m.data for m in got] == [b"next"]
+    assert sub.pending_msgs == 0
+    await sub.unsubscribe()
+
+
+async def test_in_a_cluster_end_requests_waits_out_the_requests(
+    nats_cluster: NatsCluster,
+) -> None:
+    nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="P", subjects=["p.>"], num_replicas=3))
+        sub = await js.pull_subscribe(
+            "p.>",
+            durable="c",
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60),
+        )
+        cut = Cut()
+        waiting = asyncio.create_task(pull(sub, 5, 30.0, cut))
+        await asyncio.sleep(0.2)
+        cut.set()
+        with pytest.raises(TimeoutError):
+            await waiting
+        # The unsubscribe would reach the consumer's leader late: the requests are waited out,
+        # so what they deliver meanwhile is taken, not lost until AckWait.
+        cut.requests_end = asyncio.get_running_loop().time() + 2.0  # as if the pull waited 2 s
+        ending = asyncio.create_task(end_requests(sub, cut))
+        await js.publish("p.0", b"meanwhile")
+        async with asyncio.timeout(10):
+            left = await ending
+        assert [m.data for m in left] == [b"meanwhile"]
+    finally:
+        await nc.close()
 
 
 @pytest.mark.parametrize(("batch", "wait_s"), [(0, 1.0), (1, 0.0)])

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.pull import pull
+from jetcrawl.pull import Cut, end_requests, pull
 from worker.capacity import Capacity
 from worker.crawl import Ownership
 from worker.keepalive import KeepAlive
@@ -27,7 +27,6 @@ from worker.keepalive import KeepAlive
 log = logging.getLogger(__name__)
 
 PULL_WAIT_S = 0.5
-LINGER_MARGIN_S = 0.1
 MAX_BATCH = 64
 RETRY_PAUSE_S = 0.5
 
@@ -48,18 +47,20 @@ class ShardPuller:
         self._process = process
         self._stopping = asyncio.Event()
         self._abandoned = asyncio.Event()
-        self._last_pull_at = float("-inf")  # loop time the last pull request was sent
+        self._cut = Cut()  # a pull waiting for work returns at once when the puller stops
         self.done = asyncio.Event()
 
     def stop(self) -> None:
         """Stop fetching; what was fetched is still crawled."""
         self._stopping.set()
+        self._cut.set()
         self._holding.wake_all()  # a loop waiting for room sees it
 
     def abandon(self) -> None:
         """Stop fetching at once; fetched tasks not yet started are handed back."""
         self._abandoned.set()
         self._stopping.set()
+        self._cut.set()
         self._holding.wake_all()
 
     async def run(self) -> None:
@@ -87,28 +88,22 @@ class ShardPuller:
     async def _lingering(self) -> list[Msg]:
         """Tasks a pull request delivered after its fetch returned: take them before leaving.
 
-        ``pull`` can return (with what it has) before the server's pull request expires;
-        what the request delivers later lands in this subscription's queue, where the next fetch
-        would find it. A puller that is leaving has no next fetch: without this, those tasks
-        would sit unacknowledged until AckWait, delaying a handover by that much.
+        ``pull`` can return (with what it has, or cut short) before the server's pull request
+        expires; what the request delivers later lands in this subscription's queue, where the
+        next fetch would find it. A puller that is leaving has no next fetch: without this,
+        those tasks would sit unacknowledged until AckWait, delaying a handover by that much.
+        ``end_requests`` ends the requests at once on a single server; in a cluster it waits
+        them out (at most ``PULL_WAIT_S``).
         """
-        loop = asyncio.get_running_loop()
-        expires_in = self._last_pull_at + PULL_WAIT_S + LINGER_MARGIN_S - loop.time()
-        if expires_in > 0:
-            # No event says a pull request expired server-side: wait out its lifetime.
-            await asyncio.sleep(expires_in)
-        inner = self._sub._sub  # nats-py keeps the core subscription private
-        msgs = []
-        while inner is not None and inner.pending_msgs > 0:
-            msg = await inner.next_msg(timeout=LINGER_MARGIN_S)
-            if msg.reply and msg.reply.startswith("$JS.ACK."):  # not a pull status message
-                msgs.append(msg)
-        return msgs
+        try:
+            return await end_requests(self._sub, self._cut)
+        except NatsError as e:  # the connection is gone: JetStream redelivers after AckWait
+            log.warning("could not end the pull requests of shard %d: %r", self.owner.shard, e)
+            return []
 
     async def _pull(self, batch: int) -> list[Msg]:
-        self._last_pull_at = asyncio.get_running_loop().time()
         try:
-            return await pull(self._sub, max(1, batch), PULL_WAIT_S)
+            return await pull(self._sub, max(1, batch), PULL_WAIT_S, self._cut)
         except TimeoutError:
             return []  # idle shard (nats-py raises a TimeoutError subclass too)
         except NatsError as e:
