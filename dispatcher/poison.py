@@ -60,6 +60,7 @@ class PoisonCollector:
         self._js = js
         self._outbox = outbox
         self._sub: JetStreamContext.PullSubscription | None = None
+        self._cut = Cut()  # stop(): a pull waiting for advisories returns at once
         self.stats = PoisonStats()
 
     async def start(self) -> None:
@@ -67,12 +68,16 @@ class PoisonCollector:
             durable=POISON_CONSUMER, stream=ADVISORIES_STREAM
         )
 
-    async def run(self, stopping: asyncio.Event, cut: Cut) -> None:
-        """Collect until ``stopping`` is set; ``cut`` (set with it) ends a waiting pull."""
+    def stop(self) -> None:
+        """Stop collecting; the advisories in hand are finished."""
+        self._cut.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Collect until ``stop()``; ``stopping`` (set with it) ends a pause after a failure."""
         assert self._sub is not None, "start() first"
-        while not stopping.is_set():
+        while not self._cut.is_set:
             try:
-                msgs = await pull(self._sub, BATCH, FETCH_WAIT_S, cut)
+                msgs = await pull(self._sub, BATCH, FETCH_WAIT_S, self._cut)
             except TimeoutError:
                 continue  # nothing to collect (nats-py raises a TimeoutError subclass too)
             except NatsError as e:
@@ -83,7 +88,7 @@ class PoisonCollector:
             for msg in msgs:
                 await self._handle(msg)
         try:
-            await hand_back(self._sub, cut)
+            await hand_back(self._sub, self._cut)
         except NatsError as e:  # gone with the connection: redelivered after AckWait
             log.warning("poison advisories delivered late not handed back: %r", e)
 

@@ -123,6 +123,8 @@ class Dispatcher:
         """Stop taking new batches; the batch in hand is finished."""
         self._stopping.set()
         self._cut.set()
+        if self.poison is not None:
+            self.poison.stop()
 
     async def close(self) -> None:
         if self._closed:
@@ -141,7 +143,7 @@ class Dispatcher:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
         assert self.poison is not None, "start() first"
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.poison.run(self._stopping, self._cut))
+            tg.create_task(self.poison.run(self._stopping))
             await self._pull_frontier()
 
     async def _pull_frontier(self) -> None:

@@ -44,6 +44,8 @@ _EXPIRED_MARGIN_S = 0.1  # past a request's expiry, its last deliveries have arr
 class Cut:
     """Cuts the pulls of one subscription short from another task, as a stopping consumer wants.
 
+    One ``Cut`` per subscription, whose pulls take turns (it holds the pull in progress).
+
     After ``set()``, the pull in progress returns what it has at once (``TimeoutError`` if that
     is nothing), and a later pull sends no request. Nothing is lost: what the server delivers
     afterwards stays in the subscription's queue, for :func:`end_requests`, which also reads

@@ -409,3 +409,25 @@ async def test_with_recrawl_a_seen_mark_expires_and_the_url_is_admitted_again(
     first, second = (t.gen for _, t in tasks)
     assert 0 < first < second, "each crawl of the URL has its own generation"
     assert [h["Nats-Msg-Id"] for h, _ in tasks] == [f"{t.fp}-{t.gen}" for _, t in tasks]
+
+
+async def test_stop_ends_both_waiting_pulls_at_once_and_a_next_dispatcher_takes_over(
+    nats_server: object, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pull requests that wait 60 s: a stop that waited for them would blow the bounds below.
+    monkeypatch.setattr("dispatcher.service.FETCH_WAIT_S", 60.0)
+    monkeypatch.setattr("dispatcher.poison.FETCH_WAIT_S", 60.0)
+    settings = settings_for(nats_server.url).replace(ack_wait_s=60.0)  # type: ignore[attr-defined]
+    async with Dispatcher(settings) as dispatcher:
+        run = asyncio.create_task(dispatcher.run())
+        await js.publish(SEEDS, b"http://a.example/")
+        await finished(dispatcher, 1)  # its frontier and poison pulls are waiting again
+        dispatcher.stop()
+        async with asyncio.timeout(10):
+            await run
+        # Its requests ended with the stop, though its connection is still open: the next
+        # seed goes to the next dispatcher at once, not after AckWait (60 s).
+        await js.publish(SEEDS, b"http://b.example/")
+        async with running(settings) as successor:
+            await finished(successor, 1)
+        assert set((await tasks_by_url(js)).keys()) == {"http://a.example/", "http://b.example/"}
