@@ -36,7 +36,7 @@ from jetcrawl.embedded import EtcdServer, NatsServer, parent_death_hook
 from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import Sink, open_sink
 from jetcrawl.messages import DeadLetter, Result
-from jetcrawl.pull import pull
+from jetcrawl.pull import Cut, pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
 
@@ -50,6 +50,7 @@ SNAPSHOT_EVERY_S = 0.5
 # (jetcrawl.drain).
 SETTLE_CHECK_S = 0.1
 WORKERS_READY_TIMEOUT_S = 30.0
+WORKERS_POLL_S = 0.05  # how often the shard owners are read until the workers share them
 DEAD_REASONS_READ_MAX = 10_000
 COLLECT_BATCH = 512
 COLLECT_WAIT_S = 0.25
@@ -128,6 +129,11 @@ async def crawl(
     async with AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
         settings = await _servers(stack, settings, workdir)
+        # The services start first: their imports (~0.3-0.5 s) overlap this command's topology
+        # check. Each service ensures the topology too, and concurrent ensures agree.
+        children = await stack.enter_async_context(
+            _children(settings, request.workers, workdir, interrupt.hurry)
+        )
         nc = await connect(settings, "jetcrawl-crawl")
         stack.push_async_callback(nc.close)
         js = nc.jetstream()
@@ -135,9 +141,6 @@ async def crawl(
         first_result = (await js.stream_info(RESULTS_STREAM)).state.last_seq + 1
         first_dead = (await js.stream_info(DEAD_STREAM)).state.last_seq + 1
 
-        children = await stack.enter_async_context(
-            _children(settings, request.workers, workdir, interrupt.hurry)
-        )
         # Seeds go out once every worker holds its shards: no handover churn at the start.
         await _wait_for_workers(settings, request.workers, children, interrupt)
         for seed in request.seeds:
@@ -187,18 +190,20 @@ async def _wait_for_workers(
 ) -> None:
     """Until the workers own every shard between them, balanced (bounded: then go anyway)."""
     from registry import read_ownership
+    from registry.etcd import Etcd
 
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if interrupt.requested.is_set():
-            raise Interrupted("interrupted before the crawl started")
-        children.check()
-        owners = list((await read_ownership(settings)).values())
-        counts = [owners.count(owner) for owner in set(owners)]
-        balanced = bool(counts) and max(counts) - min(counts) <= 1
-        if len(owners) == settings.shards and len(counts) >= workers and balanced:
-            return
-        await _wait(interrupt.requested, SNAPSHOT_EVERY_S)
+    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:
+        while time.monotonic() < deadline:
+            if interrupt.requested.is_set():
+                raise Interrupted("interrupted before the crawl started")
+            children.check()
+            owners = list((await read_ownership(settings, etcd)).values())
+            counts = [owners.count(owner) for owner in set(owners)]
+            balanced = bool(counts) and max(counts) - min(counts) <= 1
+            if len(owners) == settings.shards and len(counts) >= workers and balanced:
+                return
+            await _wait(interrupt.requested, WORKERS_POLL_S)
     log.warning(
         "workers did not share the shards within %.0f s; seeding anyway", WORKERS_READY_TIMEOUT_S
     )
@@ -228,13 +233,22 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
 
 
 async def _servers(stack: AsyncExitStack, settings: Settings, workdir: Path) -> Settings:
+    """Start the servers the settings leave at their defaults, in the throwaway ``workdir``.
+
+    At the end they are killed, not stopped: their stores go with the workdir, and an orderly
+    stop of nats-server (writing each stream's and consumer's state) takes ~0.7 s.
+    """
     changes: dict[str, str] = {}
     if settings.nats_url == Settings().nats_url:
-        nats_server = await stack.enter_async_context(NatsServer(workdir / "nats"))
+        nats_server = NatsServer(workdir / "nats")
+        await nats_server.start()
+        stack.push_async_callback(nats_server.kill)
         changes["nats_url"] = nats_server.url
         log.info("started nats-server at %s", nats_server.url)
     if settings.etcd_url == Settings().etcd_url:
-        etcd = await stack.enter_async_context(EtcdServer(workdir / "etcd"))
+        etcd = EtcdServer(workdir / "etcd")
+        await etcd.start()
+        stack.push_async_callback(etcd.kill)
         changes["etcd_url"] = etcd.url
         log.info("started etcd at %s", etcd.url)
     return settings.replace(**changes)
@@ -356,7 +370,8 @@ class ResultCollector:
         self._sub: JetStreamContext.PullSubscription | None = None
         self._last_seq = first - 1
         self._seen: set[str] = set()
-        self._stopping = False
+        self._stopping = asyncio.Event()
+        self._cut = Cut()  # stop(): follow()'s pull in progress returns at once
         self.summary = Summary()
 
     async def open(self) -> None:
@@ -380,13 +395,14 @@ class ResultCollector:
 
     async def follow(self) -> None:
         """Keep reading as results arrive, until ``stop()``."""
-        while not self._stopping:
-            if await self._read_batch() < COLLECT_BATCH:
+        while not self._stopping.is_set():
+            if await self._read_batch(self._cut) < COLLECT_BATCH:
                 # Let results gather: fewer, larger fetches cost the command far less CPU.
-                await asyncio.sleep(COLLECT_PAUSE_S)
+                await _wait(self._stopping, COLLECT_PAUSE_S)
 
     def stop(self) -> None:
-        self._stopping = True
+        self._stopping.set()
+        self._cut.set()
 
     async def read_to_end(self) -> None:
         """Read up to the stream's last record (call once the crawl is drained)."""
@@ -394,10 +410,10 @@ class ResultCollector:
         while self._last_seq < end:
             await self._read_batch()
 
-    async def _read_batch(self) -> int:
+    async def _read_batch(self, cut: Cut | None = None) -> int:
         assert self._sub is not None, "open() first"
         try:
-            msgs = await pull(self._sub, COLLECT_BATCH, COLLECT_WAIT_S)
+            msgs = await pull(self._sub, COLLECT_BATCH, COLLECT_WAIT_S, cut)
         except TimeoutError:
             return 0
         for msg in msgs:

@@ -29,10 +29,16 @@ class ShardOwner(Protocol):
         """Stop pulling every shard at once; others may own them already. No draining."""
 
 
-async def read_ownership(settings: Settings) -> dict[int, str]:
-    """Shard -> owning worker id as etcd has it now (shards without an owner are absent)."""
+async def read_ownership(settings: Settings, etcd: Etcd | None = None) -> dict[int, str]:
+    """Shard -> owning worker id as etcd has it now (shards without an owner are absent).
+
+    Through ``etcd`` if given (a caller that reads again and again), else a client of its own.
+    """
     keys = Keys(settings.cluster)
-    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:
+    if etcd is None:
+        async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as own:
+            listing = await own.get_prefix(keys.shards)
+    else:
         listing = await etcd.get_prefix(keys.shards)
     owners: dict[int, str] = {}
     for entry in listing.entries:
