@@ -1,4 +1,4 @@
-"""What a ``jetcrawl`` process loads: aiohttp only where it is used."""
+"""What a ``jetcrawl`` process loads: aiohttp only where used, the tracing SDK only when on."""
 
 from __future__ import annotations
 
@@ -38,6 +38,34 @@ def test_a_dispatcher_and_the_crawl_command_do_not_load_aiohttp() -> None:
 def test_aiohttp_loads_where_it_is_used() -> None:
     assert _aiohttp_after("worker") == "loaded"
     assert _aiohttp_after("jetcrawl.endpoint") == "loaded"
+
+
+SDK_PROBE = """
+import os, sys
+for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    os.environ.pop(name, None)
+if {endpoint!r}:
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = {endpoint!r}
+import dispatcher, worker
+from otel import setup_tracing
+tracing = setup_tracing("probe", "probe-1", "0")
+sdk = any(name.startswith("opentelemetry.sdk") for name in sys.modules)
+print(tracing.enabled, sdk)
+tracing.shutdown()
+"""
+
+
+def _sdk_probe(endpoint: str) -> list[str]:
+    code = SDK_PROBE.format(endpoint=endpoint)
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.split()
+
+
+def test_the_tracing_sdk_loads_only_when_tracing_is_on() -> None:
+    assert _sdk_probe("") == ["False", "False"]
+    # An endpoint nobody listens on: nothing is exported, the setup only has to work.
+    assert _sdk_probe("http://127.0.0.1:9") == ["True", "True"]
 
 
 def test_a_deferred_aiohttp_works_when_used() -> None:
