@@ -29,7 +29,7 @@ import orjson
 
 from jetcrawl import __version__
 from jetcrawl.errors import JetcrawlError
-from jetcrawl.settings import Settings
+from jetcrawl.settings import ENV_PREFIX, Settings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -364,6 +364,7 @@ async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
         max_depth=args.max_depth,
         scope=args.scope,
         job=args.job,
+        local_shards=None if _shards_chosen(args) else args.workers,
     )
     interrupt = Interrupt()
     _on_signals(interrupt)
@@ -379,6 +380,10 @@ async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
         print("jetcrawl: no seed was accepted (see the dead letters above)", file=sys.stderr)
         return 2
     return 0
+
+
+def _shards_chosen(args: argparse.Namespace) -> bool:
+    return args.shards is not None or f"{ENV_PREFIX}SHARDS" in os.environ
 
 
 async def run_results(settings: Settings, args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 from nats.errors import Error as NatsError
@@ -91,6 +91,9 @@ class CrawlRequest:
     max_depth: int | None = None
     scope: str | None = None
     job: str | None = None
+    # The shard count when the crawl starts its own nats-server and none was asked for: one
+    # per worker (see _servers).
+    local_shards: int | None = None
 
 
 @dataclass(slots=True)
@@ -128,7 +131,7 @@ async def crawl(
         settings = settings.replace(store_bodies=True)  # WARC responses carry the bodies
     async with AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
-        settings = await _servers(stack, settings, workdir)
+        settings = await _servers(stack, settings, workdir, request.local_shards)
         # The services start first: their imports (~0.3-0.5 s) overlap this command's topology
         # check. Each service ensures the topology too, and concurrent ensures agree.
         children = await stack.enter_async_context(
@@ -232,18 +235,28 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(event.wait(), seconds)
 
 
-async def _servers(stack: AsyncExitStack, settings: Settings, workdir: Path) -> Settings:
+async def _servers(
+    stack: AsyncExitStack, settings: Settings, workdir: Path, local_shards: int | None
+) -> Settings:
     """Start the servers the settings leave at their defaults, in the throwaway ``workdir``.
 
-    At the end they are killed, not stopped: their stores go with the workdir, and an orderly
-    stop of nats-server (writing each stream's and consumer's state) takes ~0.7 s.
+    A topology on our own nats-server has ``local_shards`` shards, if given. Shards are how
+    ownership moves between workers that come and go; a local crawl's workers are fixed, so one
+    shard each is all it needs, and every further shard costs a consumer to create, an idle
+    pull loop and requests in each drain check: the bench crawls ~10% faster on ~10% less CPU
+    with 2 shards than with 64.
+
+    At the end the servers are killed, not stopped: their stores go with the workdir, and an
+    orderly stop of nats-server (writing each stream's and consumer's state) takes ~0.7 s.
     """
-    changes: dict[str, str] = {}
+    changes: dict[str, Any] = {}
     if settings.nats_url == Settings().nats_url:
         nats_server = NatsServer(workdir / "nats")
         await nats_server.start()
         stack.push_async_callback(nats_server.kill)
         changes["nats_url"] = nats_server.url
+        if local_shards is not None:
+            changes["shards"] = local_shards
         log.info("started nats-server at %s", nats_server.url)
     if settings.etcd_url == Settings().etcd_url:
         etcd = EtcdServer(workdir / "etcd")

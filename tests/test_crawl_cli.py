@@ -162,6 +162,7 @@ class Crawl:
         *args: str,
         env: Mapping[str, str] | None = None,
         new_session: bool = False,
+        shards: int | None = SHARDS,
     ) -> None:
         self.workdir = workdir
         self.output = workdir / "out.jsonl"
@@ -169,7 +170,7 @@ class Crawl:
         self.tmpdir = workdir / "tmp"
         self._env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
-            "JETCRAWL_SHARDS": str(SHARDS),
+            **({"JETCRAWL_SHARDS": str(shards)} if shards is not None else {}),
             "JETCRAWL_HOST_DELAY_S": "0",  # the product's 1 s per host would take minutes here
             "TMPDIR": str(self.tmpdir),
             **(env or {}),
@@ -268,9 +269,14 @@ class Crawl:
         return "\n".join(parts)
 
 
-async def crawl(workdir: Path, *args: str, env: Mapping[str, str] | None = None) -> Finished:
-    """Run the command to its end."""
-    async with Crawl(workdir, *args, env=env) as running:
+async def crawl(
+    workdir: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    shards: int | None = SHARDS,
+) -> Finished:
+    """Run the command to its end (with ``JETCRAWL_SHARDS=shards`` unless None)."""
+    async with Crawl(workdir, *args, env=env, shards=shards) as running:
         return await running.finish()
 
 
@@ -399,6 +405,28 @@ async def test_crawl_records_every_reachable_url_once(tmp_path: Path, site: Mult
     noisy = [line for line in finished.stderr.splitlines() if " INFO " not in line]
     assert noisy == [], finished.stderr
     assert finished.leftovers == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "shards"),
+    [((), 2), (("--shards", "5"), 5)],
+    ids=["one per worker", "--shards"],
+)
+async def test_a_crawl_on_its_own_servers_has_a_shard_per_worker_unless_told(
+    tmp_path: Path, site: MultiHostSite, flags: tuple[str, ...], shards: int
+) -> None:
+    args = ("--workers", "2", "--scope", "any", "--max-pages", "40", *flags)
+    finished = await crawl(tmp_path, *site.seeds, *args, shards=None)  # no JETCRAWL_SHARDS
+    assert finished.returncode == 0, finished.explain()
+    results = finished.results()
+    assert len(results) == 40
+    owners: dict[int, set[str]] = {}
+    for record in results:
+        assert record.shard == shard_of(host_of(record.url), shards), record
+        owners.setdefault(record.shard, set()).add(record.worker)
+    assert all(len(workers) == 1 for workers in owners.values()), owners  # a shard, one owner
+    if shards == 2 and len(owners) == 2:  # one each
+        assert owners[0] != owners[1], owners
 
 
 # ---------------------------------------------------------------- limits
