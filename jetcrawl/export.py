@@ -37,10 +37,11 @@ class ExportError(JetcrawlError):
 
 class Sink(Protocol):
     needs_bodies: bool
+    needs_records: bool  # write() reads ``result``; without, ``raw`` is all and result may be None
     written: int
     skipped: int
 
-    def write(self, result: Result, raw: bytes, body: bytes | None) -> None: ...
+    def write(self, result: Result | None, raw: bytes, body: bytes | None) -> None: ...
 
     def close(self) -> None: ...
 
@@ -64,13 +65,14 @@ def open_sink(stream: IO[bytes], fmt: str, gzip: bool, user_agent: str) -> Sink:
 
 class JsonlSink:
     needs_bodies = False
+    needs_records = False
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self.written = 0
         self.skipped = 0
 
-    def write(self, result: Result, raw: bytes, body: bytes | None) -> None:
+    def write(self, result: Result | None, raw: bytes, body: bytes | None) -> None:
         self._stream.write(raw.rstrip(b"\n") + b"\n")
         self.written += 1
 
@@ -80,6 +82,7 @@ class JsonlSink:
 
 class WarcSink:
     needs_bodies = True
+    needs_records = True
 
     def __init__(self, stream: IO[bytes], *, gzip: bool, user_agent: str) -> None:
         self._writer = WARCWriter(stream, gzip=gzip, warc_version="1.1")
@@ -96,7 +99,9 @@ class WarcSink:
         )
         self._writer.write_record(info)
 
-    def write(self, result: Result, raw: bytes, body: bytes | None) -> None:
+    def write(self, result: Result | None, raw: bytes, body: bytes | None) -> None:
+        if result is None:
+            raise ValueError("WarcSink.write needs the decoded result")
         if result.outcome != "fetched" or result.status is None:
             self.skipped += 1
             return
