@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +56,27 @@ async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.
     async with asyncio.timeout(within_s):
         while not await check():
             await asyncio.sleep(0.02)
+
+
+async def read_until(
+    read: Callable[[], Awaitable[T]],
+    ok: Callable[[T], bool] = lambda _: True,
+    within_s: float = 30.0,
+    unavailable: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``eventually`` for a value: ``read`` until ``ok`` holds for what it read, and return that.
+
+    A read that raises one of ``unavailable`` (a cluster electing a leader) counts as not yet.
+    """
+    last: list[T] = []
+
+    async def check() -> bool:
+        try:
+            value = await read()
+        except unavailable:
+            return False
+        last[:] = [value]
+        return ok(value)
+
+    await eventually(check, within_s)
+    return last[0]

@@ -41,7 +41,6 @@ import pytest
 import yaml
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import StreamInfo
 from opentelemetry.sdk import environment_variables as otel_variables
 
 from dispatcher.intake import Intake
@@ -65,7 +64,7 @@ from registry import read_ownership
 from tests.mesh import Service
 from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.site import MultiHostSite
-from tests.streams import eventually, stored
+from tests.streams import eventually, read_until, stored
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
@@ -775,15 +774,12 @@ async def test_the_cluster_config_makes_three_nodes_serving_the_same_users_with_
         await seeder.flush()  # the server has it; JetStream stores it a moment later
         await seeder.close()
         admin = await connect_as(cluster_nodes[2], "admin")
-        infos: list[StreamInfo] = []
-
-        async def stored_seed() -> bool:
-            infos.append(await admin.jetstream().stream_info(FRONTIER_STREAM))
-            return infos[-1].state.messages == 1
-
-        await eventually(stored_seed, within_s=10)
+        info = await read_until(
+            lambda: admin.jetstream().stream_info(FRONTIER_STREAM),
+            lambda info: info.state.messages == 1,
+            within_s=10,
+        )
         await admin.close()
-        info = infos[-1]
         assert info.config.num_replicas == 3
         assert info.cluster is not None and len(info.cluster.replicas or []) == 2
     finally:

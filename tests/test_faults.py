@@ -26,7 +26,7 @@ from jetcrawl.topology import SEEDS, TASKS_STREAM
 from tests.ledger import Ledger, read_ledger
 from tests.mesh import Mesh
 from tests.site import MultiHostSite
-from tests.streams import eventually
+from tests.streams import eventually, read_until
 
 OUTAGE_S = 8.0
 WORKERS = ("w1", "w2", "w3")
@@ -109,14 +109,9 @@ async def finish(
     await eventually(tolerant(settled), within_s)
     # Settled streams do not mean every stream has its leader back (crawl_seen may still be
     # electing one after a quorum loss): read the ledger once the cluster answers.
-    ledgers: list[Ledger] = []
-
-    async def read() -> bool:
-        ledgers.append(await read_ledger(mesh.js))
-        return True
-
-    await eventually(tolerant(read), LEDGER_READ_WITHIN_S)
-    ledger = ledgers[-1]
+    ledger = await read_until(
+        lambda: read_ledger(mesh.js), within_s=LEDGER_READ_WITHIN_S, unavailable=UNAVAILABLE
+    )
     print(ledger.summary())
     assert not ledger.lost, ledger.summary()
     assert not ledger.unexpected, ledger.summary()
@@ -135,17 +130,13 @@ def assert_reconnected(log: str) -> None:
 
 
 async def stream_leader(mesh: Mesh, cluster: NatsCluster, stream: str) -> NatsServer:
-    leader: list[str] = []
-
-    async def known() -> bool:
-        info = await mesh.js.stream_info(stream)
-        if info.cluster is None or not info.cluster.leader:
-            return False
-        leader[:] = [info.cluster.leader]
-        return True
-
-    await eventually(tolerant(known), 30)
-    [server] = [s for s in cluster.servers if s.server_name == leader[0]]
+    info = await read_until(
+        lambda: mesh.js.stream_info(stream),
+        lambda info: info.cluster is not None and bool(info.cluster.leader),
+        unavailable=UNAVAILABLE,
+    )
+    assert info.cluster is not None
+    [server] = [s for s in cluster.servers if s.server_name == info.cluster.leader]
     return server
 
 
