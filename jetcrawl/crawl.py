@@ -49,6 +49,11 @@ SNAPSHOT_EVERY_S = 0.5
 # two snapshots that agree, whatever their interval: work in flight is always visible in one
 # (jetcrawl.drain).
 SETTLE_CHECK_S = 0.1
+# A snapshot with at most this much left (queued, in flight) means the crawl may be over by the
+# next look: the next ones come SETTLE_CHECK_S apart too, for NEARLY_IDLE_FOR_S at most, so a
+# crawl that keeps a small backlog for long is not asked ten times a second.
+NEARLY_IDLE = 8
+NEARLY_IDLE_FOR_S = 2.0
 WORKERS_READY_TIMEOUT_S = 30.0
 WORKERS_POLL_S = 0.05  # how often the shard owners are read until the workers share them
 DEAD_REASONS_READ_MAX = 10_000
@@ -480,6 +485,7 @@ async def _wait_drained(
 ) -> None:
     progress = Progress(sys.stderr)
     previous: Snapshot | None = None
+    cadence = Cadence()
     try:
         while True:
             # Checked before the services: on Ctrl-C a terminal signals them too, and their
@@ -493,9 +499,28 @@ async def _wait_drained(
             if current.settled_after(previous):
                 return
             previous = current
-            await _wait(interrupt.requested, SETTLE_CHECK_S if current.idle else SNAPSHOT_EVERY_S)
+            await _wait(interrupt.requested, cadence.next_in(current, time.monotonic()))
     finally:
         progress.done()
+
+
+class Cadence:
+    """How long until the next snapshot of a crawl that is not drained yet."""
+
+    def __init__(self) -> None:
+        self._nearly_idle_since: float | None = None
+
+    def next_in(self, snap: Snapshot, now: float) -> float:
+        if snap.idle:
+            return SETTLE_CHECK_S
+        if snap.frontier_backlog + snap.task_backlog > NEARLY_IDLE:
+            self._nearly_idle_since = None
+            return SNAPSHOT_EVERY_S
+        if self._nearly_idle_since is None:
+            self._nearly_idle_since = now
+        if now - self._nearly_idle_since < NEARLY_IDLE_FOR_S:
+            return SETTLE_CHECK_S
+        return SNAPSHOT_EVERY_S
 
 
 class Progress:

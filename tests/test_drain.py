@@ -1,4 +1,5 @@
-"""jetcrawl/drain.py: the snapshot's shortcut through stream counts never hides a settled crawl."""
+"""jetcrawl/drain.py: the snapshot's shortcut through stream counts never hides a settled crawl;
+jetcrawl/crawl.py's cadence of snapshots."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import dataclasses
 import pytest
 from nats.js import JetStreamContext
 
-from jetcrawl.drain import snapshot
+from jetcrawl.crawl import (
+    NEARLY_IDLE,
+    NEARLY_IDLE_FOR_S,
+    SETTLE_CHECK_S,
+    SNAPSHOT_EVERY_S,
+    Cadence,
+)
+from jetcrawl.drain import Snapshot, snapshot
 from jetcrawl.embedded import NatsServer
 from jetcrawl.settings import Settings
 from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer, task_subject
@@ -38,3 +46,23 @@ async def test_a_task_jetstream_gave_up_on_counts_only_while_the_streams_move(
     moved = dataclasses.replace(exact, last_seqs=tuple(s - 1 for s in exact.last_seqs))
     bound = await snapshot(js, settings.shards, previous=moved)
     assert bound.task_backlog == 1 and not bound.idle, "while streams move, the stream count"
+
+
+def _left(tasks: int, frontier: int = 0) -> Snapshot:
+    return Snapshot(
+        last_seqs=(1,), frontier_backlog=frontier, task_backlog=tasks, results=0, dead=0
+    )
+
+
+def test_snapshots_come_sooner_when_little_is_left_but_not_for_long() -> None:
+    cadence = Cadence()
+    assert cadence.next_in(_left(500), 0.0) == SNAPSHOT_EVERY_S  # busy
+    assert cadence.next_in(_left(0), 1.0) == SETTLE_CHECK_S  # idle: confirm soon
+    # Nearly idle (queued and in flight, frontier included): the crawl may be over any moment.
+    assert cadence.next_in(_left(NEARLY_IDLE - 2, 2), 2.0) == SETTLE_CHECK_S
+    assert cadence.next_in(_left(3), 2.0 + NEARLY_IDLE_FOR_S / 2) == SETTLE_CHECK_S
+    # A small backlog that stays: back to the usual pace.
+    assert cadence.next_in(_left(3), 2.0 + NEARLY_IDLE_FOR_S) == SNAPSHOT_EVERY_S
+    assert cadence.next_in(_left(NEARLY_IDLE + 1), 10.0) == SNAPSHOT_EVERY_S
+    # Work came back, and now little is left again: soon again.
+    assert cadence.next_in(_left(1), 11.0) == SETTLE_CHECK_S
