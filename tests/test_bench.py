@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.cli import main
+from bench.cli import COMPILED_PACKAGES, byte_compile, main
 from bench.runners import Output, check
 from bench.site import Site, SiteSpec
 from bench.siteserver import SiteStats
@@ -103,3 +103,13 @@ def test_the_site_knows_its_answer() -> None:
     assert set(expected.links) | set(expected.seeds) == set(expected.fetchable) | set(
         expected.disallowed
     )
+
+
+def test_the_measured_packages_are_byte_compiled_as_an_install_would_be() -> None:
+    byte_compile()
+    for name in COMPILED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations
+        for location in spec.submodule_search_locations:
+            for source in Path(location).glob("*.py"):
+                assert Path(importlib.util.cache_from_source(str(source))).exists(), source
