@@ -42,6 +42,7 @@ from nats.js.errors import NotFoundError
 from jetcrawl.bus import connect
 from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter
+from jetcrawl.pull import pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DEAD_PREFIX, DEAD_STREAM, TASKS_PREFIX, dead_subject
 
@@ -124,7 +125,7 @@ async def read_letters(
     try:
         while (await sub.consumer_info()).num_pending:
             try:
-                msgs = await sub.fetch(_BATCH, timeout=_FETCH_WAIT_S)
+                msgs = await pull(sub, _BATCH, _FETCH_WAIT_S)
             except TimeoutError:
                 break
             for msg in msgs:

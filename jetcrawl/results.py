@@ -29,6 +29,7 @@ from jetcrawl.bus import connect
 from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import format_for, open_sink
 from jetcrawl.messages import Result
+from jetcrawl.pull import pull
 from jetcrawl.settings import Settings
 from jetcrawl.topology import RESULTS_PREFIX, RESULTS_STREAM
 
@@ -103,7 +104,7 @@ async def read_results(
     try:
         while not stop.is_set():
             try:
-                msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
+                msgs = await pull(sub, FETCH_BATCH, FETCH_WAIT_S)
             except TimeoutError:
                 if query.follow:
                     continue
