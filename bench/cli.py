@@ -1,7 +1,8 @@
-"""``python -m bench``: the whole benchmark in one run; ``python -m bench memory``: the seen set.
+"""``python -m bench``: the whole benchmark; ``memory``: the seen set; ``results``: reading back.
 
     python -m bench [--quick] [--reps N] [--out DIR] [--systems a,b] ...
     python -m bench memory [--quick] [--urls N] [--out DIR]
+    python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
 
 The first starts the site, runs every system ``--reps`` times (interleaved, so drift hits all
 alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when it is
@@ -31,6 +32,7 @@ from bench.loop import run
 from bench.memory import measure_memory
 from bench.procs import BENCH_ROOT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
 from bench.profile import Profile, Profiler, py_spy
+from bench.reading import measure_reading, reading_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
 from bench.site import Site, SiteSpec
@@ -39,8 +41,8 @@ from bench.siteserver import SiteServer
 __all__ = ["main"]
 
 DEFAULT_OUT = BENCH_ROOT / "bench" / "out"
-FULL = {"pages": 10_000, "reps": 3, "ceiling": 20_000, "urls": 1_000_000}
-QUICK = {"pages": 2_000, "reps": 1, "ceiling": 5_000, "urls": 100_000}
+FULL = {"pages": 10_000, "reps": 3, "ceiling": 20_000, "urls": 1_000_000, "records": 100_000}
+QUICK = {"pages": 2_000, "reps": 1, "ceiling": 5_000, "urls": 100_000, "records": 10_000}
 PROFILED_ROLES = frozenset({"dispatcher", "worker", "crawl"})
 QUIET_CHECK_S = 1.0
 QUIET_CORES = 0.25
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--urls", type=int, help="URLs to admit (default 1,000,000; --quick 100k)")
     memory.add_argument("--quick", action="store_true", help="100,000 URLs")
     memory.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    reading = sub.add_parser("results", help="reading result records back (jetcrawl results)")
+    reading.add_argument("--records", type=int, help="records (default 100,000; --quick 10,000)")
+    reading.add_argument("--reps", type=int, default=3, help="reads per reader (default 3)")
+    reading.add_argument("--quick", action="store_true", help="10,000 records")
+    reading.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -90,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     byte_compile()
     if args.command == "memory":
         return memory_command(args)
+    if args.command == "results":
+        return results_command(args)
     report = throughput(args)
     return 0 if all(r.exact for r in report.runs) else 1
 
@@ -288,6 +297,19 @@ def memory_command(args: argparse.Namespace) -> int:
     markdown = memory_markdown(result)
     (args.out / "memory.md").write_text(markdown)
     (args.out / "memory.json").write_bytes(
+        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
+    )
+    print(markdown)
+    return 0
+
+
+def results_command(args: argparse.Namespace) -> int:
+    records = args.records or (QUICK if args.quick else FULL)["records"]
+    _say(f"results: publishing {records} records, then reading them back {args.reps} times each")
+    result = run(measure_reading(records, args.reps))
+    markdown = reading_markdown(result)
+    (args.out / "results.md").write_text(markdown)
+    (args.out / "results.json").write_bytes(
         orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
     )
     print(markdown)
