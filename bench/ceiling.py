@@ -47,7 +47,7 @@ from jetcrawl.topology import (
 )
 from jetcrawl.urls import fingerprint, host_of, shard_of
 
-__all__ = ["Ceiling", "Phase", "measure_ceiling"]
+__all__ = ["Ceiling", "Phase", "measure_ceiling", "publish_all", "result_record"]
 
 BATCH = 256
 LINKS_PER_PAGE = 30
@@ -147,7 +147,7 @@ async def _phases(
         for fp in fps
     ]
     results = [
-        Outgoing(result_subject(shard), _result(url, fp, shard).to_wire(), {MSG_ID: fp})
+        Outgoing(result_subject(shard), result_record(url, fp, shard).to_wire(), {MSG_ID: fp})
         for url, fp, shard in zip(urls, fps, shards, strict=True)
     ]
     links = [
@@ -176,10 +176,12 @@ async def _phases(
         )
 
     phases = [
-        await measure("task publish", len(tasks[0].payload), lambda: _publish(outbox, tasks)),
-        await measure("seen create", len(creates[0].payload), lambda: _publish(outbox, creates)),
-        await measure("result publish", len(results[0].payload), lambda: _publish(outbox, results)),
-        await measure("links publish", len(links[0].payload), lambda: _publish(outbox, links)),
+        await measure("task publish", len(tasks[0].payload), lambda: publish_all(outbox, tasks)),
+        await measure("seen create", len(creates[0].payload), lambda: publish_all(outbox, creates)),
+        await measure(
+            "result publish", len(results[0].payload), lambda: publish_all(outbox, results)
+        ),
+        await measure("links publish", len(links[0].payload), lambda: publish_all(outbox, links)),
         await measure(
             "task pull + ack",
             len(tasks[0].payload),
@@ -196,7 +198,8 @@ async def _phases(
     return Ceiling(phases)
 
 
-def _result(url: str, fp: str, shard: int) -> Result:
+def result_record(url: str, fp: str, shard: int) -> Result:
+    """A result record of the shape a worker writes for a fetched page."""
     return Result(
         url=url,
         fp=fp,
@@ -221,7 +224,8 @@ def _result(url: str, fp: str, shard: int) -> Result:
     )
 
 
-async def _publish(outbox: Outbox, messages: list[Outgoing]) -> None:
+async def publish_all(outbox: Outbox, messages: list[Outgoing]) -> None:
+    """Publish through the Outbox ``BATCH`` at a time; raise if JetStream refused any."""
     for start in range(0, len(messages), BATCH):
         acks = await outbox.send(messages[start : start + BATCH])
         failed = [a for a in acks if isinstance(a, PublishFailed)]

@@ -294,12 +294,7 @@ def memory_command(args: argparse.Namespace) -> int:
             ),
         )
     )
-    markdown = memory_markdown(result)
-    (args.out / "memory.md").write_text(markdown)
-    (args.out / "memory.json").write_bytes(
-        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
-    )
-    print(markdown)
+    _write_report(args.out, "memory", memory_markdown(result), result.to_dict())
     return 0
 
 
@@ -307,13 +302,15 @@ def results_command(args: argparse.Namespace) -> int:
     records = args.records or (QUICK if args.quick else FULL)["records"]
     _say(f"results: publishing {records} records, then reading them back {args.reps} times each")
     result = run(measure_reading(records, args.reps))
-    markdown = reading_markdown(result)
-    (args.out / "results.md").write_text(markdown)
-    (args.out / "results.json").write_bytes(
-        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
-    )
-    print(markdown)
+    _write_report(args.out, "results", reading_markdown(result), result.to_dict())
     return 0
+
+
+def _write_report(out: Path, name: str, markdown: str, data: dict[str, object]) -> None:
+    """``out/name.md`` and ``out/name.json``; the markdown printed too."""
+    (out / f"{name}.md").write_text(markdown)
+    (out / f"{name}.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    print(markdown)
 
 
 def _say(text: str) -> None:

@@ -1,7 +1,7 @@
 """``python -m bench results``: reading the result records back, as ``jetcrawl results`` does.
 
 An embedded nats-server with jetcrawl's topology; the harness publishes ``records`` synthetic
-result records (the shape a worker writes, ~600 bytes) and reads them all with
+result records (the shape a worker writes, as the ceiling's) and reads them all with
 ``jetcrawl.results.read_results`` — once pulling with ``jetcrawl.pull`` (what it uses) and once
 with nats-py's ``fetch`` (the baseline), alternately, ``reps`` times each. Reported per reader:
 records/s and the reading process's CPU per record (decoding each into a ``Result`` included).
@@ -20,9 +20,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 import jetcrawl.results
-from jetcrawl.bus import Outbox, Outgoing, PublishFailed, connect
+from bench.ceiling import publish_all, result_record
+from jetcrawl.bus import Outbox, Outgoing, connect
 from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Result
 from jetcrawl.pull import pull
 from jetcrawl.results import Query, read_results
 from jetcrawl.settings import Settings
@@ -31,7 +31,6 @@ from jetcrawl.topology import ensure, result_subject
 __all__ = ["ReadingResult", "measure_reading", "reading_markdown"]
 
 SHARDS = 8
-PUBLISH_BATCH = 256
 Reader = Callable[[JetStreamContext.PullSubscription, int, float], Awaitable[list[Msg]]]
 
 
@@ -60,30 +59,9 @@ class ReadingResult:
 
 
 def record(n: int) -> bytes:
-    """The ``n``-th synthetic result record, as a worker would write it."""
-    url = f"http://host{n % 20}.example/section/{n // 20}/page-{n}.html"
-    return Result(
-        url=url,
-        fp=f"{n:032x}",
-        job="default",
-        depth=n % 5,
-        parent=f"http://host{n % 20}.example/section/{n // 20}/",
-        outcome="fetched",
-        status=200,
-        final_url=url,
-        redirects=(),
-        content_type="text/html",
-        length=4096,
-        title=f"Page {n}",
-        outlinks=30,
-        fetched_at=1_790_000_000.0 + n,
-        elapsed_ms=2.5,
-        shard=n % SHARDS,
-        fence=7,
-        worker="worker-1",
-        headers={"last-modified": "Sun, 29 Nov 2026 10:00:00 GMT", "etag": f'"{n:x}"'},
-        payload_digest="sha1:" + "A" * 32,
-        trace_id="0" * 32,
+    """The ``n``-th synthetic result record."""
+    return result_record(
+        f"http://host{n % 20}.example/page-{n}.html", f"{n:032x}", n % SHARDS
     ).to_wire()
 
 
@@ -96,15 +74,10 @@ async def measure_reading(records: int, reps: int) -> ReadingResult:
             try:
                 js = nc.jetstream()
                 await ensure(js, settings)
-                outbox = Outbox(nc)
-                for start in range(0, records, PUBLISH_BATCH):
-                    batch = [
-                        Outgoing(result_subject(n % SHARDS), record(n), {})
-                        for n in range(start, min(records, start + PUBLISH_BATCH))
-                    ]
-                    acks = await outbox.send(batch)
-                    if any(isinstance(ack, PublishFailed) for ack in acks):
-                        raise RuntimeError("JetStream refused result records")
+                await publish_all(
+                    Outbox(nc),
+                    [Outgoing(result_subject(n % SHARDS), record(n), {}) for n in range(records)],
+                )
                 for _ in range(reps):
                     for name, reader in READERS.items():
                         samples[name].append(await _read_all(js, reader, records))
