@@ -10,6 +10,8 @@ from jetcrawl.messages import (
     DeadLetter,
     Discovered,
     Lineage,
+    Result,
+    ResultHead,
     Seed,
     SeedReject,
     Task,
@@ -112,3 +114,40 @@ def test_dead_letter_bounds_and_keeps_binary_originals() -> None:
     back = DeadLetter.from_wire(letter.to_wire())
     assert back.original == b"\xff" * 10 and back.original_size == 100
     assert orjson.loads(letter.to_wire())["truncated"] is True
+
+
+def _result_obj() -> dict[str, object]:
+    url = "https://example.com/a"
+    return Result(
+        url=url, fp="ab" * 16, job="default", depth=1, parent="https://example.com/",
+        outcome="fetched", status=200, final_url=url, redirects=(), content_type="text/html",
+        length=10, title=None, outlinks=0, fetched_at=1.0, elapsed_ms=2.0, shard=3, fence=4,
+        worker="w1",
+    ).to_obj()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"v": 99},
+        {"fp": 7},
+        {"outcome": "exploded"},
+        {"status": True},
+        {"status": "200"},
+    ],
+    ids=["version", "fp", "outcome", "status bool", "status str"],
+)
+def test_a_result_head_refuses_what_the_full_record_refuses(change: dict[str, object]) -> None:
+    data = orjson.dumps(_result_obj() | change)
+    with pytest.raises(MessageError) as full:
+        Result.from_wire(data)
+    with pytest.raises(MessageError) as head:
+        ResultHead.from_wire(data)
+    assert head.value.reason == full.value.reason
+
+
+def test_a_result_head_reads_its_fields_and_builds_the_same_record() -> None:
+    data = orjson.dumps(_result_obj())
+    head = ResultHead.from_wire(data)
+    assert (head.fp, head.outcome, head.status) == ("ab" * 16, "fetched", 200)
+    assert head.record() == Result.from_wire(data)
