@@ -26,6 +26,7 @@ from jetcrawl.embedded import (
     nats_server_binary,
 )
 from jetcrawl.errors import JetcrawlError
+from tests.streams import read_until
 
 
 def alive(pid: int) -> bool:
@@ -260,7 +261,12 @@ async def test_cluster_forms_and_survives_a_lost_node_but_not_two(
         info = await js.stream_info("REPLICATED")
         assert info.cluster is not None
         assert len(info.cluster.replicas or []) == 2
-        await js.publish("replicated.a", b"1")
+        # The new stream's leader and its interest reach our node a moment after the create
+        # returns; until then a publish finds "no responders" (nothing stored), so read it again.
+        first = await read_until(
+            lambda: js.publish("replicated.a", b"1"), unavailable=(NoStreamResponseError,)
+        )
+        assert first.seq == 1
 
         # Lose one node that is neither the stream leader nor our connection: R3 keeps quorum.
         # (Losing the stream leader fails publishes fast with "no response from stream" until
@@ -287,7 +293,10 @@ async def test_a_killed_node_rejoins_on_its_port_and_store(nats_cluster: NatsClu
         node = follower(nats_cluster, await js.stream_info("REJOIN"), nc)
         url = node.url
         await node.kill()
-        await js.publish("rejoin.a", b"while one is down", timeout=5)
+        await read_until(
+            lambda: js.publish("rejoin.a", b"while one is down", timeout=5),
+            unavailable=(NoStreamResponseError,),
+        )
 
         await node.start()
         assert node.url == url
