@@ -46,6 +46,7 @@ DIE_WITH_PARENT = parent_death_hook()
 
 @dataclass(frozen=True, slots=True)
 class Stat:
+    name: str  # /proc/<pid>/comm: a forked jetcrawl service renames itself (jc-worker)
     ppid: int
     cpu_s: float  # user + system of the process itself (not of its reaped children)
     start_ticks: int  # with the pid, identifies the process across pid reuse
@@ -57,8 +58,10 @@ def read_stat(pid: int) -> Stat | None:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:  # gone
         return None
-    rest = raw[raw.rindex(b")") + 2 :].split()  # the command name may hold spaces and parens
+    end = raw.rindex(b")")  # the command name may hold spaces and parens
+    rest = raw[end + 2 :].split()
     return Stat(
+        name=raw[raw.index(b"(") + 1 : end].decode(errors="replace"),
         ppid=int(rest[1]),
         cpu_s=(int(rest[11]) + int(rest[12])) / CLOCK_TICKS,
         start_ticks=int(rest[19]),
@@ -129,16 +132,18 @@ def children_cpu_s() -> float:
 @dataclass(slots=True)
 class _Tracked:
     role: str
+    name: str
     cpu_s: float = 0.0
     peak_rss_bytes: int = 0
 
 
 @dataclass(slots=True)
 class TreeMonitor:
-    """Samples a tree; ``classify(cmdline) -> role`` names each process once, when first seen."""
+    """Samples a tree; ``classify(cmdline, name) -> role`` names each process when first seen,
+    and again if it renames itself (a forked service does, a moment after its fork)."""
 
     root: int
-    classify: Callable[[list[str]], str]
+    classify: Callable[[list[str], str], str]
     on_new: Callable[[int, str], None] | None = None
     processes: dict[tuple[int, int], _Tracked] = field(default_factory=dict)
     times: list[float] = field(default_factory=list)  # sample instants (epoch seconds)
@@ -155,9 +160,9 @@ class TreeMonitor:
                 continue
             key = (pid, stat.start_ticks)
             tracked = self.processes.get(key)
-            if tracked is None:
-                role = self.classify(cmdline(pid))
-                tracked = self.processes[key] = _Tracked(role)
+            if tracked is None or tracked.name != stat.name:
+                role = self.classify(cmdline(pid), stat.name)
+                tracked = self.processes[key] = _Tracked(role, stat.name)
                 if self.on_new is not None:
                     self.on_new(pid, role)
             tracked.cpu_s = stat.cpu_s
@@ -224,7 +229,7 @@ def run_monitored(
     cwd: Path,
     log_path: Path,
     timeout_s: float,
-    classify: Callable[[list[str]], str],
+    classify: Callable[[list[str], str], str],
     on_new: Callable[[int, str], None] | None = None,
 ) -> Monitored:
     """Run ``command`` to its end (SIGTERM at ``timeout_s``), sampling its tree meanwhile.

@@ -41,8 +41,17 @@ class Profiler:
     roles: frozenset[str]
     recordings: dict[str, Path] = field(default_factory=dict)
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _by_pid: dict[int, tuple[str, subprocess.Popen[bytes]]] = field(default_factory=dict)
 
     def attach(self, pid: int, role: str) -> None:
+        """Record ``pid`` as ``role``; a process seen again as another role (a forked service,
+        renamed a moment after its fork) drops what was recorded of it before."""
+        if pid in self._by_pid:
+            name, proc = self._by_pid.pop(pid)
+            proc.terminate()
+            proc.wait()
+            self._procs.remove(proc)
+            self.recordings.pop(name).unlink(missing_ok=True)
         binary = py_spy()
         if binary is None or role not in self.roles:
             return
@@ -54,25 +63,25 @@ class Profiler:
         path = self.out_dir / f"profile-{name}.txt"
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with (self.out_dir / f"py-spy-{name}.log").open("wb") as log:
-            self._procs.append(
-                subprocess.Popen(
-                    [
-                        str(binary),
-                        "record",
-                        "--pid",
-                        str(pid),
-                        "--rate",
-                        str(RATE_HZ),
-                        "--nonblocking",
-                        "--format",
-                        "raw",
-                        "--output",
-                        str(path),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            proc = subprocess.Popen(
+                [
+                    str(binary),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    str(RATE_HZ),
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
+        self._procs.append(proc)
+        self._by_pid[pid] = (name, proc)
         self.recordings[name] = path
 
     def wait(self, timeout_s: float = 30.0) -> dict[str, Profile]:
@@ -83,6 +92,7 @@ class Profiler:
                 proc.terminate()
                 proc.wait()
         self._procs.clear()
+        self._by_pid.clear()
         return {name: summarize(path) for name, path in self.recordings.items() if path.exists()}
 
 

@@ -141,8 +141,14 @@ def jetcrawl_env(work_dir: Path) -> dict[str, str]:
     return {f"JETCRAWL_{name.upper()}": v for name, v in POLITENESS.items() if name in names}
 
 
-def classify(command: list[str]) -> str:
-    """The role of a process of a system, from its command line."""
+# jetcrawl.services.NAME_PREFIX, written out: the bench also measures builds without it.
+FORKED_PREFIX = "jc-"
+
+
+def classify(command: list[str], name: str = "") -> str:
+    """The role of a process of a system, from its command line and its name (comm)."""
+    if name.startswith(FORKED_PREFIX):  # a service forked by `jetcrawl crawl`
+        return name.removeprefix(FORKED_PREFIX)
     if not command:
         return "?"
     program = os.path.basename(command[0])

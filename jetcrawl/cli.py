@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from jetcrawl.health import Readiness
+    from jetcrawl.services import Prefork
 
 log = logging.getLogger("jetcrawl")
 
@@ -350,7 +351,20 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
+def _prefork(settings: Settings, workers: int) -> contextlib.AbstractContextManager[Prefork | None]:
+    """The crawl's services forked now, before the event loop, where ``local_fork`` and the
+    platform allow (see :mod:`jetcrawl.services`); else nothing, and they are spawned."""
+    if not settings.local_fork:
+        return contextlib.nullcontext()
+    from jetcrawl.services import Prefork
+
+    prefork = Prefork.start(["dispatcher", *["worker"] * workers])
+    return prefork if prefork is not None else contextlib.nullcontext()
+
+
+async def run_crawl(
+    settings: Settings, args: argparse.Namespace, prefork: Prefork | None = None
+) -> int:
     from jetcrawl.crawl import CrawlRequest, Interrupt, Interrupted, crawl
     from jetcrawl.export import format_for
 
@@ -369,7 +383,7 @@ async def run_crawl(settings: Settings, args: argparse.Namespace) -> int:
     interrupt = Interrupt()
     _on_signals(interrupt)
     try:
-        summary = await crawl(settings, request, interrupt)
+        summary = await crawl(settings, request, interrupt, prefork)
     except Interrupted:
         print("jetcrawl: interrupted; every service was stopped", file=sys.stderr)
         return 130
@@ -484,7 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(run_async(lambda: run_results(settings, args)))
         if args.command == "crawl":
             settings = settings_from(args)
-            return int(run_async(lambda: run_crawl(settings, args)))
+            with _prefork(settings, args.workers) as prefork:
+                return int(run_async(lambda: run_crawl(settings, args, prefork)))
         if args.command == "status":
             settings = settings_from(args)
             return int(run_async(lambda: run_status(settings, args)))

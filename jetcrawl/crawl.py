@@ -2,7 +2,8 @@
 
 Starts nats-server and etcd from their wheels in a temporary directory (unless URLs of running
 ones are given), creates the topology, publishes the seeds, runs one dispatcher and N worker
-processes (``python -m jetcrawl dispatcher|worker``: the very services compose runs), streams the
+processes (``jetcrawl dispatcher|worker``, the very services compose runs, forked from this
+command or started as new interpreters: :mod:`jetcrawl.services`), streams the
 results into the output file as they arrive, shows progress, and stops when the crawl is drained
 (:mod:`jetcrawl.drain`). Every child is stopped on the way out, on success, error or Ctrl-C.
 """
@@ -32,16 +33,16 @@ from nats.js.errors import NotFoundError
 from jetcrawl.bodies import BodyNotFound, BodyStore
 from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.embedded import EtcdServer, NatsServer, parent_death_hook
+from jetcrawl.embedded import EtcdServer, NatsServer
 from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import Sink, open_sink
 from jetcrawl.messages import DeadLetter, ResultHead
 from jetcrawl.pull import Cut, pull
+from jetcrawl.services import Launch, Prefork, Service, spawn
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
 
 log = logging.getLogger(__name__)
-_DIE_WITH_US = parent_death_hook()
 
 SNAPSHOT_EVERY_S = 0.5
 # After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
@@ -127,9 +128,16 @@ class Summary:
 
 
 async def crawl(
-    settings: Settings, request: CrawlRequest, interrupt: Interrupt | None = None
+    settings: Settings,
+    request: CrawlRequest,
+    interrupt: Interrupt | None = None,
+    prefork: Prefork | None = None,
 ) -> Summary:
-    """Run the crawl to the end; raises :class:`Interrupted` or :class:`CrawlFailed`."""
+    """Run the crawl to the end; raises :class:`Interrupted` or :class:`CrawlFailed`.
+
+    The services are ``prefork``'s where it has them (forked before this loop started, see
+    :mod:`jetcrawl.services`), else new processes.
+    """
     interrupt = interrupt or Interrupt()
     started = time.monotonic()
     if request.format == "warc":
@@ -137,10 +145,10 @@ async def crawl(
     async with AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
         settings = await _servers(stack, settings, workdir, request.local_shards)
-        # The services start first: their imports (~0.3-0.5 s) overlap this command's topology
-        # check. Each service ensures the topology too, and concurrent ensures agree.
+        # The services start first: their start-up overlaps this command's topology check.
+        # Each service ensures the topology too, and concurrent ensures agree.
         children = await stack.enter_async_context(
-            _children(settings, request.workers, workdir, interrupt.hurry)
+            _children(settings, request.workers, workdir, interrupt.hurry, prefork)
         )
         nc = await connect(settings, "jetcrawl-crawl")
         stack.push_async_callback(nc.close)
@@ -274,7 +282,10 @@ async def _servers(
 
 @dataclass(slots=True)
 class Children:
-    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    """The services of this crawl: forked ones where ``prefork`` has them, else spawned."""
+
+    prefork: Prefork | None = None
+    procs: list[Service] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
 
     def check(self) -> None:
@@ -285,49 +296,39 @@ class Children:
                     f"its log ends:\n{_tail(log_path)}"
                 )
 
-    async def spawn(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.procs.append(await _spawn(command, env, log_path))
-        self.logs.append(log_path)
+    async def start(self, launch: Launch) -> None:
+        if self.prefork is not None and self.prefork.waiting(launch.role):
+            self.procs.append(self.prefork.launch(launch))
+        else:
+            self.procs.append(await spawn(launch))
+        self.logs.append(launch.log_path)
 
 
 @asynccontextmanager
 async def _children(
-    settings: Settings, workers: int, workdir: Path, hurry: asyncio.Event
+    settings: Settings,
+    workers: int,
+    workdir: Path,
+    hurry: asyncio.Event,
+    prefork: Prefork | None,
 ) -> AsyncIterator[Children]:
     env = {**os.environ, **settings.to_env()}
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-    base = [sys.executable, "-m", "jetcrawl", "--log-level", str(level)]
-    children = Children()
+    base = ("--log-level", str(level))
+    children = Children(prefork)
     try:
-        await children.spawn([*base, "dispatcher"], env, workdir / "dispatcher.log")
+        await children.start(
+            Launch("dispatcher", (*base, "dispatcher"), env, workdir / "dispatcher.log")
+        )
         for n in range(workers):
             worker_env = {**env, "JETCRAWL_WORKER_ID": f"local-{n + 1}"}
             if settings.metrics_port:  # an endpoint each: the dispatcher's port, then the next
                 worker_env["JETCRAWL_METRICS_PORT"] = str(settings.metrics_port + n + 1)
-            await children.spawn([*base, "worker"], worker_env, workdir / f"worker-{n + 1}.log")
+            log_path = workdir / f"worker-{n + 1}.log"
+            await children.start(Launch("worker", (*base, "worker"), worker_env, log_path))
         yield children
     finally:
         await _stop_all(children.procs, hurry)
-
-
-async def _spawn(
-    command: list[str], env: dict[str, str], log_path: Path
-) -> asyncio.subprocess.Process:
-    log_file = _create(log_path)
-    try:
-        return await asyncio.create_subprocess_exec(
-            *command,
-            env=env,
-            stdout=log_file,
-            stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_DIE_WITH_US,  # a `kill -9` of this command takes its services along
-        )
-    finally:
-        log_file.close()  # the child holds its own descriptor
-
-
-def _create(path: Path) -> IO[bytes]:
-    return path.open("wb")
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -337,7 +338,7 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-async def _stop_all(procs: Sequence[asyncio.subprocess.Process], hurry: asyncio.Event) -> None:
+async def _stop_all(procs: Sequence[Service], hurry: asyncio.Event) -> None:
     """SIGTERM every service and wait; SIGKILL what is left after the timeout or on ``hurry``."""
     for proc in procs:
         if proc.returncode is None:

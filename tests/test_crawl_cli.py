@@ -30,6 +30,7 @@ import pytest
 from aiohttp import web
 
 from jetcrawl.messages import Result
+from jetcrawl.services import NAME_PREFIX
 from jetcrawl.urls import host_of, shard_of
 from tests.site import MultiHostSite
 from tests.streams import eventually
@@ -56,11 +57,14 @@ class Proc:
     pid: int
     start_time: int
     argv: tuple[str, ...]
+    comm: str  # a forked service is named jc-<role>; a spawned one keeps the command's name
 
     @property
     def kind(self) -> str:
         """The service: nats-server, etcd, dispatcher, worker; else the program's name."""
         program = Path(self.argv[0]).name if self.argv else "?"
+        if self.comm.startswith(NAME_PREFIX):
+            return self.comm.removeprefix(NAME_PREFIX)
         if "jetcrawl" in self.argv and self.argv[-1] in ("dispatcher", "worker"):
             return self.argv[-1]
         return program
@@ -75,14 +79,15 @@ class Proc:
                 os.kill(self.pid, signal.SIGKILL)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time) of a process, None if there is none."""
+def _stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, start time, name) of a process, None if there is none."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 onwards
-    return fields[0], int(fields[19])
+    head, tail = text.rsplit(")", 1)
+    fields = tail.split()  # after "pid (comm)": field 3 onwards
+    return fields[0], int(fields[19]), head.split("(", 1)[1]
 
 
 def _proc(pid: int) -> Proc | None:
@@ -94,7 +99,7 @@ def _proc(pid: int) -> Proc | None:
         return None
     if stat is None or stat[0] in EXITED:
         return None
-    return Proc(pid, stat[1], tuple(arg.decode(errors="replace") for arg in argv if arg))
+    return Proc(pid, stat[1], tuple(arg.decode(errors="replace") for arg in argv if arg), stat[2])
 
 
 def descendants(pid: int) -> list[Proc]:
@@ -214,6 +219,12 @@ class Crawl:
         assert self._proc is not None, "not started"
         return self._proc
 
+    def proc_argv(self) -> tuple[str, ...]:
+        """The command's own command line, as /proc shows it."""
+        proc = _proc(self.proc.pid)
+        assert proc is not None, "the command is gone"
+        return proc.argv
+
     def services(self) -> list[Proc]:
         """The command's live descendants now (each one remembered for the cleanup)."""
         now = descendants(self.proc.pid)
@@ -261,7 +272,10 @@ class Crawl:
         if self.proc.returncode is not None:
             parts = [f"--- exited with {self.proc.returncode}"]
         else:
-            parts = ["--- services", *(f"{p.pid} {' '.join(p.argv)}" for p in self.services())]
+            parts = [
+                "--- services",
+                *(f"{p.pid} {p.comm} {' '.join(p.argv)}" for p in self.services()),
+            ]
         parts += ["--- stderr", (self.workdir / "stderr").read_text(errors="replace")]
         for log in sorted(self.tmpdir.glob("jetcrawl-*/*.log")):
             tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
@@ -351,8 +365,13 @@ class EndlessSite:
 # ---------------------------------------------------------------- a whole crawl
 
 
-async def test_crawl_records_every_reachable_url_once(tmp_path: Path, site: MultiHostSite) -> None:
-    finished = await crawl(tmp_path, *site.seeds, "--workers", "2", "--scope", "any")
+@pytest.mark.parametrize("fork", ["true", "false"])
+async def test_crawl_records_every_reachable_url_once(
+    tmp_path: Path, site: MultiHostSite, fork: str
+) -> None:
+    # Forked from the command (the default) or each a new interpreter: the same crawl.
+    env = {"JETCRAWL_LOCAL_FORK": fork}
+    finished = await crawl(tmp_path, *site.seeds, "--workers", "2", "--scope", "any", env=env)
     assert finished.returncode == 0, finished.explain()
 
     # The output: one well-formed Result per line, one line per URL, exactly the reachable set.
@@ -483,6 +502,20 @@ async def test_max_pages_holds_across_the_mesh(tmp_path: Path, site: MultiHostSi
 
 
 # ---------------------------------------------------------------- stopping
+
+
+@pytest.mark.parametrize("fork", [True, False])
+async def test_services_are_forked_from_the_command_unless_told(tmp_path: Path, fork: bool) -> None:
+    env = {} if fork else {"JETCRAWL_LOCAL_FORK": "false"}
+    async with EndlessSite() as site, Crawl(tmp_path, site.seed, env=env) as running:
+        await running.until(lambda: site.page_requests >= 20, CRAWL_TIMEOUT_S, "crawling")
+        services = [p for p in running.all_services() if p.kind in ("dispatcher", "worker")]
+        # Forked: the command's own command line, named jc-<role>. Spawned: `-m jetcrawl <role>`.
+        assert all(p.comm.startswith(NAME_PREFIX) == fork for p in services), services
+        assert all((p.argv == running.proc_argv()) == fork for p in services), services
+        running.interrupt()
+        finished = await running.finish(STOP_WITHIN_S)
+        assert finished.returncode == 130, finished.explain()
 
 
 @pytest.mark.parametrize("target", ["process", "process group"])
