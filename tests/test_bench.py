@@ -8,6 +8,7 @@ without Scrapy its system is skipped, and the profile is never run here.
 from __future__ import annotations
 
 import importlib.util
+import socket
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from bench.cli import COMPILED_PACKAGES, byte_compile, main
 from bench.runners import Output, check
 from bench.site import Site, SiteSpec
-from bench.siteserver import SiteStats
+from bench.siteserver import SiteServer, SiteStats
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="the harness reads Linux /proc"
@@ -123,3 +124,48 @@ def test_the_measured_packages_are_byte_compiled_as_an_install_would_be() -> Non
         for location in spec.submodule_search_locations:
             for source in Path(location).glob("*.py"):
                 assert Path(importlib.util.cache_from_source(str(source))).exists(), source
+
+
+def _exchange(authority: str, raw: bytes) -> bytes:
+    """Send ``raw`` on one connection and read until the server closes it."""
+    host, port = authority.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_the_site_server_answers_http_1_1_and_counts_what_was_asked(tmp_path: Path) -> None:
+    site = Site.generate(TINY)
+    with SiteServer(TINY, 1, tmp_path) as server:
+        authority = server.authorities[0]
+        table = site.responses(server.authorities)
+        page = next(k for (h, k), (s, _, _) in table.items() if h == 0 and s == 200 and k != "/")
+        moved = next(
+            (k, kind) for (h, k), (s, kind, _) in table.items() if h == 0 and s in (301, 302)
+        )
+        # Two pipelined requests on one kept-alive connection, then one that asks to close.
+        raw = (
+            f"GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+            f"GET {moved[0]} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\n\r\n"
+            f"GET {page}?utm_source=x HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        answer = _exchange(authority, raw)
+        heads = answer.split(b"HTTP/1.1 ")[1:]
+        assert len(heads) == 3, answer[:300]
+        assert heads[0].startswith(b"200 OK\r\n") and table[0, "/"][2] in heads[0]
+        assert heads[1].startswith(f"{table[0, moved[0]][0]} ".encode())
+        assert f"Location: {moved[1]}\r\n".encode() in heads[1]
+        assert heads[2].startswith(b"200 OK\r\n")  # the tracking parameter is not the page's
+        assert f"Content-Length: {len(table[0, page][2])}\r\n".encode() in heads[2]
+        # HTTP/1.0 gets its answer and the connection closed; nonsense gets a 400.
+        assert _exchange(authority, b"GET /robots.txt HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
+        assert _exchange(authority, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400")
+        assert _exchange(authority, b"GET /nowhere HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 404")
+        stats = server.stats()
+    assert stats.robots == 1
+    assert stats.requests == 4  # /, the redirect, the page, /nowhere
+    root = f"http://{authority}"
+    assert stats.counts[f"{root}/"] == 1 and stats.counts[f"{root}{page}?utm_source=x"] == 1
