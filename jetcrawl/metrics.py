@@ -175,6 +175,7 @@ class WorkerMetrics(ServiceMetrics):
             ["outcome", "status_class"],
             registry=self.registry,
         )
+        self._page_counters: dict[tuple[str, str], Counter] = {}
         self._bytes = Counter(
             "jetcrawl_fetched_bytes", "Response body bytes fetched.", registry=self.registry
         )
@@ -192,7 +193,11 @@ class WorkerMetrics(ServiceMetrics):
         )
 
     def page(self, outcome: str, status: int | None, length: int) -> None:
-        self._pages.labels(outcome, status_class(status)).inc()
+        key = (outcome, status_class(status))
+        child = self._page_counters.get(key)
+        if child is None:  # labels() takes a lock and checks its arguments: ~1.4 us a page
+            child = self._page_counters[key] = self._pages.labels(*key)
+        child.inc()
         if length > 0:
             self._bytes.inc(length)
 

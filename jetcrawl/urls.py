@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "DEFAULT_TRACKING",
+    "SCOPE_ANY",
     "LinkCanonicalizer",
     "UrlRules",
     "canonicalize",
@@ -60,6 +61,7 @@ __all__ = [
 DEFAULT_TRACKING: frozenset[str] = frozenset(DEFAULT_TRACKING_PARAMS)
 DEFAULT_MAX_LENGTH = 2048
 TRACKING_PREFIX = "utm_"
+SCOPE_ANY = "any"  # a crawl that may go to any host
 
 # An input this many times longer than max_length is refused before any work: no real link shrinks
 # that much, and a page full of megabyte links must not stall the worker.
@@ -436,7 +438,7 @@ def scope_root(canonical_url: str, scope: str) -> str:
         return host_of(canonical_url)
     if scope == "domain":
         return registered_domain(host_of(canonical_url))
-    if scope == "any":
+    if scope == SCOPE_ANY:
         return ""
     raise ValueError(f"unknown scope {scope!r}")
 
@@ -458,7 +460,7 @@ def most_repeated_segment(canonical_url: str) -> int:
 
 def in_scope(canonical_url: str, scope: str, root: str) -> bool:
     """Whether ``canonical_url`` belongs to a crawl whose ``scope_root`` is ``root``."""
-    if scope == "any":
+    if scope == SCOPE_ANY:
         return True
     return scope_root(canonical_url, scope) == root
 

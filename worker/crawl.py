@@ -30,7 +30,7 @@ from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
-from jetcrawl.urls import LinkCanonicalizer, UrlRules, host_of, in_scope
+from jetcrawl.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
 from otel import current_trace_id
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
@@ -283,18 +283,21 @@ class TaskProcessor:
             )
         if task.depth + 1 > lineage.max_depth:
             return None
-        candidates: list[str] = []
-        if fetched.final_url != task.url:
-            candidates.append(fetched.final_url)  # a followed redirect's target: its own record
-        if page is not None:
-            candidates.extend(page.links)
-        links = tuple(
-            dict.fromkeys(
-                link
-                for link in candidates
-                if link != task.url and in_scope(link, lineage.scope, lineage.root)
+        if page is not None and fetched.final_url == task.url and lineage.scope == SCOPE_ANY:
+            links = page.links  # unique already, and without the page itself
+        else:
+            candidates: list[str] = []
+            if fetched.final_url != task.url:
+                candidates.append(fetched.final_url)  # a followed redirect's target: a record
+            if page is not None:
+                candidates.extend(page.links)
+            links = tuple(
+                dict.fromkeys(
+                    link
+                    for link in candidates
+                    if link != task.url and in_scope(link, lineage.scope, lineage.root)
+                )
             )
-        )
         if not links:
             return None
         return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))

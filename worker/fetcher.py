@@ -27,8 +27,8 @@ import asyncio
 import contextvars
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -249,7 +249,7 @@ class Fetcher:
             status = response.status
             raw = bytearray()
             if 200 <= status < 300:
-                with _translated(final_url):
+                with _Translated(final_url):
                     while len(raw) < max_bytes:
                         chunk = await response.content.readany()
                         if not chunk:
@@ -304,7 +304,7 @@ class Fetcher:
         refused: list[str] = []
         token = _REFUSED.set(refused)
         try:
-            with _translated(url, refused):
+            with _Translated(url, refused):
                 # The URL is canonical, so already encoded: yarl must not quote it again.
                 return await session.get(
                     URL(url, encoded=True),
@@ -330,7 +330,7 @@ class Fetcher:
         if declared is not None and declared > limit and "Content-Encoding" not in response.headers:
             raise FetchError("too_large", f"Content-Length {declared} > {limit} bytes", url)
         body = bytearray()
-        with _translated(url):
+        with _Translated(url):
             async for chunk in response.content.iter_any():
                 body += chunk
                 if len(body) > limit:
@@ -355,12 +355,30 @@ def content_length(headers: Mapping[str, str]) -> int | None:
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-@contextmanager
-def _translated(url: str, refused: list[str] | None = None) -> Iterator[None]:
-    try:
-        yield
-    except (aiohttp.ClientError, OSError) as exc:  # OSError includes TimeoutError
-        raise _fetch_error(exc, url, refused) from exc
+class _Translated:
+    """aiohttp, asyncio and socket errors raised in the block, as ``FetchError``.
+
+    A class, not a ``@contextmanager``: it wraps every request and every body read, and a
+    generator-based one costs ~0.9 us a use against ~0.2.
+    """
+
+    __slots__ = ("_refused", "_url")
+
+    def __init__(self, url: str, refused: list[str] | None = None) -> None:
+        self._url = url
+        self._refused = refused
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, aiohttp.ClientError | OSError):  # OSError includes TimeoutError
+            raise _fetch_error(exc, self._url, self._refused) from exc
 
 
 def _fetch_error(

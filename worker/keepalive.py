@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -35,15 +34,12 @@ class KeepAlive:
     def held(self) -> int:
         return len(self._held)
 
-    @contextmanager
-    def holding(self, msg: Msg) -> Iterator[None]:
-        """Keep ``msg`` alive while the block runs (it was delivered just now)."""
-        key = id(msg)
-        self._held[key] = (msg, self._clock())
-        try:
-            yield
-        finally:
-            del self._held[key]
+    def hold(self, msg: Msg) -> None:
+        """Keep ``msg`` alive from now (it was delivered just now) until ``release(msg)``."""
+        self._held[id(msg)] = (msg, self._clock())
+
+    def release(self, msg: Msg) -> None:
+        del self._held[id(msg)]
 
     async def run(self) -> None:
         """Send the due in-progress acks, twice per interval, until cancelled."""

@@ -117,13 +117,14 @@ class ShardPuller:
             return []
 
     async def _run_one(self, msg: Msg) -> None:
+        self._keepalive.hold(msg)
         try:
-            with self._keepalive.holding(msg):
-                await self._process(msg, self.owner, self._abandoned)
+            await self._process(msg, self.owner, self._abandoned)
         except NatsError as e:
             # The ack or nak did not reach the server: JetStream redelivers after AckWait.
             log.warning("task on shard %d left unacknowledged: %r", self.owner.shard, e)
         finally:
+            self._keepalive.release(msg)
             self._holding.release()
 
     async def _pause(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TypeVar
 
 from nats.aio.msg import Msg
@@ -48,6 +48,7 @@ ROBOTS_ALLOWED = "jetcrawl.robots.allowed"
 ROBOTS_REASON = "jetcrawl.robots.reason"
 REDIRECTS = "jetcrawl.redirects"
 LINKS = "jetcrawl.links"
+_NOTHING = nullcontext()  # with tracing off: a generator-based context manager costs ~0.9 us
 
 
 class TaskTelemetry:
@@ -56,12 +57,12 @@ class TaskTelemetry:
         self._on = tracing.enabled
         self.metrics = metrics
 
-    @contextmanager
-    def processing(self, msg: Msg, shard: int) -> Iterator[None]:
+    def processing(self, msg: Msg, shard: int) -> AbstractContextManager[object]:
         """The task's CONSUMER span, current while the task is crawled."""
-        if not self._on:
-            yield
-            return
+        return self._processing(msg, shard) if self._on else _NOTHING
+
+    @contextmanager
+    def _processing(self, msg: Msg, shard: int) -> Iterator[None]:
         headers = msg.headers or {}
         span = consumer_span(
             self._tracing.tracer,
@@ -121,13 +122,8 @@ class TaskTelemetry:
             if span is not None:
                 span.end()
 
-    @contextmanager
-    def parse(self) -> Iterator[None]:
-        if not self._on:
-            yield
-            return
-        with self._tracing.tracer.start_as_current_span("parse"):
-            yield
+    def parse(self) -> AbstractContextManager[object]:
+        return self._tracing.tracer.start_as_current_span("parse") if self._on else _NOTHING
 
     def finished(self, result: Result) -> None:
         """A task's result is stored and the task acked: count the page."""
