@@ -5,9 +5,10 @@
 as new interpreters, each one imports its code again: ~0.2 CPU s for a dispatcher, ~0.45 s for
 a worker (aiohttp, nats-py, aetcd, selectolax), a tenth of the CPU of a 10,000-page crawl with
 two workers. So where it is safe, the command imports that code once and forks its services
-(:class:`Prefork`) first thing, before it has a second thread or an event loop: each waits on a
-pipe, renamed ``jc-<role>`` for ``ps`` and ``top``, until the command sends it its arguments,
-environment and log file (:class:`Launch`), once the servers are up. Where it is not (not Linux,
+(:class:`Prefork`) first thing, before it has a second thread or an event loop: each names itself
+``jc-<role>`` (for ``ps``, ``top`` and the bench), says it is ready and waits on a socket pair
+until the command sends it its arguments, environment and log file (:class:`Launch`), once the
+servers are up. Where it is not (not Linux,
 a thread already running, ``JETCRAWL_LOCAL_FORK=false``), each service is started as
 ``python -m jetcrawl <role>`` (:func:`spawn`). Either way the command holds a :class:`Service`:
 a pid, an exit code, signals and an awaitable exit.
