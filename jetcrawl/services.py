@@ -164,8 +164,15 @@ class Prefork:
                 name=process_name(role),
                 daemon=True,
             )
-            process.start()
-            theirs.close()
+            try:
+                process.start()
+            except OSError as e:  # out of processes or memory: spawn them later instead
+                log.warning("cannot fork a %s (%s); spawning the services", role, e)
+                ours.close()
+                cls(slots).close()
+                return None
+            finally:
+                theirs.close()
             slots.append(_Slot(role, process, ours))
         prefork = cls(slots)
         # Each says when it is named and bound to our life: from then on ps, the bench and the
