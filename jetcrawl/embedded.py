@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Self
+from typing import Any, BinaryIO, Self
 
 import nats
 from nats.errors import NoRespondersError
@@ -152,16 +152,24 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def libc_prctl() -> Any | None:
+    """Linux's ``prctl(2)`` through ctypes (a function object of its own: set its argtypes), or
+    None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def parent_death_hook() -> Callable[[], None] | None:
     """On Linux, a pre-exec hook that has the kernel SIGKILL the child when we die (even -9).
 
     The libc function is resolved here, before the fork, so the child only makes one call.
     """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+    prctl = libc_prctl()
+    if prctl is None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 
-from jetcrawl.embedded import parent_death_hook
+from jetcrawl.embedded import libc_prctl, parent_death_hook
 
 __all__ = ["Launch", "Prefork", "Service", "fork_safe", "process_name", "spawn"]
 
@@ -325,14 +325,4 @@ def _name_this_process(name: str) -> None:
         _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
-def _find_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-_PRCTL = _find_prctl()  # resolved before any fork: the child makes one call
+_PRCTL = libc_prctl()  # resolved before any fork: the child makes one call
