@@ -18,18 +18,7 @@ from pathlib import Path
 import orjson
 
 from jetcrawl.services import Launch, Prefork, fork_safe
-
-
-def comm(pid: int) -> str:
-    return Path(f"/proc/{pid}/comm").read_text().strip()
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+from tests.procfs import running, stat
 
 
 def forked(prefork: Prefork) -> list[int]:
@@ -46,7 +35,7 @@ def scenario_launch(workdir: Path) -> dict[str, object]:
     prefork = Prefork.start(["dispatcher", "worker"])
     assert prefork is not None
     pids = forked(prefork)
-    names = [comm(pid) for pid in pids]
+    names = [found.name for pid in pids if (found := stat(pid)) is not None]
     base = {k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")}
     launches = [
         Launch("dispatcher", ("topology",), {**base, "JETCRAWL_SHARDS": "3"}, workdir / "d.log"),
@@ -58,7 +47,7 @@ def scenario_launch(workdir: Path) -> dict[str, object]:
         "names": names,
         "codes": codes,
         "logs": [launch.log_path.read_text() for launch in launches],
-        "alive": [alive(pid) for pid in pids],
+        "alive": [running(pid) for pid in pids],
         "parent_env_kept": "JETCRAWL_SHARDS" not in os.environ,
     }
 
@@ -91,7 +80,7 @@ def scenario_unused(workdir: Path) -> dict[str, object]:
     prefork = Prefork.start(["dispatcher", "worker", "worker"])
     assert prefork is not None
     pids = forked(prefork)
-    before = [alive(pid) for pid in pids]
+    before = [running(pid) for pid in pids]
     with prefork:
         pass
     prefork.close()
@@ -103,7 +92,7 @@ def scenario_unused(workdir: Path) -> dict[str, object]:
         late = ""
     return {
         "before": before,
-        "after": [alive(pid) for pid in pids],
+        "after": [running(pid) for pid in pids],
         "codes": [slot.process.exitcode for slot in prefork._slots],
         "late": late,
     }

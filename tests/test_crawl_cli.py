@@ -33,6 +33,7 @@ from jetcrawl.crawl import nats_threads
 from jetcrawl.messages import Result
 from jetcrawl.services import NAME_PREFIX
 from jetcrawl.urls import host_of, shard_of
+from tests.procfs import EXITED, environ, stat
 from tests.site import MultiHostSite
 from tests.streams import eventually
 
@@ -45,7 +46,6 @@ KILLED_GONE_WITHIN_S = 3.0  # from SIGKILL of the command (PR_SET_PDEATHSIG is a
 LOG_TAIL_LINES = 15
 SUMMARY = re.compile(r"^crawled (\d+) URLs in \S+ s")
 SERVICES = ["dispatcher", "etcd", "nats-server", "worker", "worker"]
-EXITED = ("Z", "X")  # process states in /proc/<pid>/stat: zombie, dead
 
 
 # ---------------------------------------------------------------- processes, from /proc
@@ -71,8 +71,10 @@ class Proc:
         return program
 
     def alive(self) -> bool:
-        stat = _stat(self.pid)
-        return stat is not None and stat[1] == self.start_time and stat[0] not in EXITED
+        found = stat(self.pid)
+        return (
+            found is not None and found.start_time == self.start_time and found.state not in EXITED
+        )
 
     def kill(self) -> None:
         if self.alive():
@@ -80,32 +82,17 @@ class Proc:
                 os.kill(self.pid, signal.SIGKILL)
 
 
-def _stat(pid: int) -> tuple[str, int, str] | None:
-    """(state, start time, name) of a process, None if there is none."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    head, tail = text.rsplit(")", 1)
-    fields = tail.split()  # after "pid (comm)": field 3 onwards
-    return fields[0], int(fields[19]), head.split("(", 1)[1]
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(entry.decode().partition("=")[::2] for entry in raw.split(b"\0") if entry)
-
-
 def _proc(pid: int) -> Proc | None:
     """The process ``pid`` if it is alive."""
-    stat = _stat(pid)
+    found = stat(pid)
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    if stat is None or stat[0] in EXITED:
+    if found is None or found.state in EXITED:
         return None
-    return Proc(pid, stat[1], tuple(arg.decode(errors="replace") for arg in argv if arg), stat[2])
+    args = tuple(arg.decode(errors="replace") for arg in argv if arg)
+    return Proc(pid, found.start_time, args, found.name)
 
 
 def descendants(pid: int) -> list[Proc]:
@@ -522,7 +509,7 @@ async def test_services_are_forked_from_the_command_unless_told(tmp_path: Path, 
         # Its servers are sized to it: one Go thread each for two workers (unless told).
         servers = [p for p in running.all_services() if p.kind in ("nats-server", "etcd")]
         threads = os.environ.get("GOMAXPROCS", "1")
-        assert [_environ(p.pid).get("GOMAXPROCS") for p in servers] == [threads, threads]
+        assert [environ(p.pid).get("GOMAXPROCS") for p in servers] == [threads, threads]
         running.interrupt()
         finished = await running.finish(STOP_WITHIN_S)
         assert finished.returncode == 130, finished.explain()

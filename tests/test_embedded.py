@@ -26,6 +26,7 @@ from jetcrawl.embedded import (
     nats_server_binary,
 )
 from jetcrawl.errors import JetcrawlError
+from tests.procfs import environ
 from tests.streams import read_until
 
 
@@ -83,11 +84,6 @@ async def test_jetstream_stores_and_returns_messages(
     assert "Server is ready" in nats_server.log_path.read_text()
 
 
-def environ_of(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(entry.decode().partition("=")[::2] for entry in raw.split(b"\0") if entry)
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 @pytest.mark.parametrize("kind", ["nats", "etcd"])
 async def test_threads_cap_the_go_runtime_unless_the_environment_does(
@@ -102,12 +98,12 @@ async def test_threads_cap_the_go_runtime_unless_the_environment_does(
 
     async with server("capped", 1) as capped, server("default", None) as default:
         assert capped.pid is not None and default.pid is not None
-        assert environ_of(capped.pid).get("GOMAXPROCS") == "1"
-        assert "GOMAXPROCS" not in environ_of(default.pid)  # Go's own: a thread per core
+        assert environ(capped.pid).get("GOMAXPROCS") == "1"
+        assert "GOMAXPROCS" not in environ(default.pid)  # Go's own: a thread per core
     monkeypatch.setenv("GOMAXPROCS", "3")  # the user's word wins over ours
     async with server("told", 1) as told:
         assert told.pid is not None
-        assert environ_of(told.pid).get("GOMAXPROCS") == "3"
+        assert environ(told.pid).get("GOMAXPROCS") == "3"
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["stop", "kill"])
