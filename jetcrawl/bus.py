@@ -17,6 +17,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 import orjson
@@ -39,6 +40,7 @@ EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 TTL = "Nats-TTL"
 PUBLISH_TIMEOUT_S = 10.0
 KV_SUBJECT_PREFIX = "$KV."
+_PLAIN_ACK = frozenset({"stream", "seq", "domain", "duplicate"})  # a PubAck's fields, unbatched
 
 
 class BusError(JetcrawlError):
@@ -278,4 +280,21 @@ class Outbox:
                 )
             )
         else:
-            future.set_result(PubAck.from_response(resp))
+            future.set_result(_pub_ack(resp))
+
+
+def _pub_ack(resp: dict[str, Any]) -> PubAck:
+    """The ``PubAck`` of a reply: the fields a plain publish's ack has, set directly.
+
+    ``PubAck.from_response`` walks the dataclass's fields for every reply (~4 us of the ~10 an
+    Outbox spends per reply); a reply with more than those (a batch's or a counter's) goes
+    through it still.
+    """
+    if "stream" in resp and "seq" in resp and resp.keys() <= _PLAIN_ACK:
+        return PubAck(
+            stream=resp["stream"],
+            seq=resp["seq"],
+            domain=resp.get("domain"),
+            duplicate=resp.get("duplicate"),
+        )
+    return PubAck.from_response(resp)

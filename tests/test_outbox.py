@@ -8,10 +8,10 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.errors import ConnectionClosedError
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError
 
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, _pub_ack
 from tests.streams import eventually
 
 LONG_LINGER_S = 2.0  # far longer than a stream-info round trip, even on a loaded machine
@@ -97,3 +97,17 @@ async def test_a_closed_connection_fails_sends_and_acks_instead_of_hanging(
         assert isinstance(failed, PublishFailed)
         with pytest.raises(ConnectionClosedError):
             await outbox.ack(msg)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"stream": "T", "seq": 7},
+        {"stream": "T", "seq": 7, "duplicate": True},
+        {"stream": "T", "seq": 7, "domain": "hub", "duplicate": False},
+        {"stream": "T", "seq": 7, "batch": "b1", "count": 3},  # not a plain ack: nats-py reads it
+        {"stream": "T", "seq": 7, "val": "12"},
+    ],
+)
+def test_a_reply_reads_as_nats_py_reads_it(reply: dict[str, object]) -> None:
+    assert _pub_ack(dict(reply)) == PubAck.from_response(dict(reply))
