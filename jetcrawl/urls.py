@@ -101,14 +101,8 @@ _PLAIN_HTTP = re.compile(
 _NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
 
 
-class _Based:
-    """A link that LinkCanonicalizer resolves against the whole base (no plain join)."""
-
-
-_BASED = _Based()
-_UNKNOWN = object()  # not in a LinkCanonicalizer's per-origin memory
+_UNKNOWN = object()  # not in a LinkCanonicalizer's memory of answers
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*").fullmatch  # lower case
-_BROWSER_DROPS = re.compile(r"[\t\n\r]").search  # urlsplit drops these anywhere, as browsers do
 
 
 def canonicalize(
@@ -378,7 +372,12 @@ def _without_dot_segments(url: str, path_start: int) -> str:
     """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
     of writing one URL share a cache key. A path with escapes or backslashes is left whole:
     canonicalize decodes ``%2E`` and turns backslashes into slashes before it removes them."""
-    end = _path_end(url, path_start)
+    end = url.find("?", path_start)  # _path_end, inline: this runs for every "../" link
+    if end < 0:
+        end = len(url)
+    fragment = url.find("#", path_start, end)
+    if fragment >= 0:
+        end = fragment
     path = url[path_start:end]
     if "/." not in path or "%" in path or "\\" in path:  # backslashes: browsers' slashes
         return url
@@ -496,18 +495,21 @@ class LinkCanonicalizer:
     newlines or backslashes, which browsers rewrite, ``http:x``) is keyed with its whole base.
     ``base`` must be canonical.
 
-    In front of that cache, the answers for links that depend only on the base's origin (rooted,
-    absolute and scheme-relative ones, other schemes: navigation, mostly) are kept per origin by
-    the link's text, so a link another page of the host had costs one dict lookup; ``size``
-    bounds these entries too (all are dropped at once when they reach it).
+    In front of that cache, answers are kept by the link's text: for links no base plays a part
+    in (absolute ``http(s)://`` ones, other schemes) one memory for every page, for links only
+    the base's origin plays a part in (rooted and scheme-relative ones: navigation, mostly) one
+    per origin. A link another page had then costs a dict lookup. ``size`` bounds these entries
+    too (all are dropped at once when they reach it).
     """
 
     def __init__(self, rules: UrlRules, size: int = 50_000) -> None:
         self.rules = rules
-        self._cached = lru_cache(maxsize=size)(self._canonical_or_none)
+        self._cached = lru_cache(maxsize=size)(self._canonical_or_none)  # (link, base)
+        self._absolute = lru_cache(maxsize=size)(self._canonical_or_none)  # (absolute link)
         self._size = size
+        self._anywhere: dict[str, str | None] = {}  # href -> answer, whatever the base
         self._by_origin: dict[str, dict[str, str | None]] = {}  # origin -> href -> answer
-        self._remembered = 0  # entries in _by_origin's dicts, and the dicts themselves
+        self._remembered = 0  # entries in _anywhere and _by_origin's dicts, and those dicts
 
     def link(self, href: str, base: str) -> str | None:
         """The canonical form of ``href`` on a page at ``base``, or None if it has none."""
@@ -519,6 +521,9 @@ class LinkCanonicalizer:
         path_start = base.find("/", base.find("://") + 3)
         if path_start < 0:  # not canonical: resolve everything the general way
             return lambda href: cached(href, base)
+        absolute = self._absolute
+        anywhere = self._anywhere
+        remember = self._remember
         origin = base[:path_start]
         query = base.find("?")
         document = base[:query] if query >= 0 else base  # what "?q" replaces the query of
@@ -530,44 +535,48 @@ class LinkCanonicalizer:
 
         def link(href: str) -> str | None:
             answer = known.get(href, _UNKNOWN)
+            if answer is _UNKNOWN:
+                answer = anywhere.get(href, _UNKNOWN)
             if answer is not _UNKNOWN:
                 return answer  # type: ignore[return-value]
             first = href[:1]
             if first == "#":
                 return base  # the page itself (a canonical URL has no fragment)
-            if first == "?" and not _BROWSER_DROPS(href):
-                return cached(_without_fragment(document + href), None)  # a new query
-            resolved, of_origin = resolve(href, first)
-            if isinstance(resolved, _Based):
+            if (
+                not first
+                or first <= " "
+                or first == "\\"
+                or "\t" in href  # browsers drop tabs and newlines anywhere: the general way
+                or "\n" in href
+                or "\r" in href
+            ):
                 return cached(href, base)
-            if of_origin:
-                self._remember(known, href, resolved)
-            return resolved
-
-        def resolve(href: str, first: str) -> tuple[str | _Based | None, bool]:
-            """The answer and whether only the origin plays a part in it; _BASED for a link to
-            resolve against the whole base."""
-            if not first or first <= " " or first in "\\#?" or _BROWSER_DROPS(href):
-                return _BASED, False
+            if first == "?":
+                return absolute(_without_fragment(document + href))  # a new query
             if first == "/":
                 second = href[1:2]
                 if second == "/":  # scheme-relative: //host/path
                     after = href[2:3]
                     if not after or after <= " " or after in "/\\?#" or "\\" in href:
-                        return _BASED, False
+                        return cached(href, base)
                     url = scheme + href
                 elif second == "\\":
-                    return _BASED, False
+                    return cached(href, base)
                 else:
                     url = origin + href  # rooted
                     if "/." in href:
                         url = _without_dot_segments(url, path_start)
-            elif ":" in href:
-                colon = href.index(":")
-                named = href[:colon].lower()
-                if named != "http" and named != "https":
-                    # mailto:, javascript:, ...: no base plays a part (and they are no links)
-                    return (cached(href, None), True) if _SCHEME(named) else (_BASED, False)
+                answer = absolute(_without_fragment(url))
+                remember(known, href, answer)
+                return answer
+            colon = href.find(":")
+            if colon < 0:  # a relative path
+                url = directory + href
+                if first == "." or "/." in href:
+                    url = _without_dot_segments(url, path_start)
+                return absolute(_without_fragment(url))
+            named = href[:colon].lower()
+            if named == "http" or named == "https":
                 after = href[colon + 3 : colon + 4]
                 if (
                     href[colon + 1 : colon + 3] != "//"
@@ -575,14 +584,14 @@ class LinkCanonicalizer:
                     or after <= " "
                     or after in "/\\?#"
                 ):
-                    return _BASED, False  # "http:x", "http:///x": relative to the base
-                url = named + href[colon:]
-            else:
-                url = directory + href  # a relative path
-                if first == "." or "/." in href:
-                    url = _without_dot_segments(url, path_start)
-                return cached(_without_fragment(url), None), False
-            return cached(_without_fragment(url), None), True
+                    return cached(href, base)  # "http:x", "http:///x": relative to the base
+                answer = absolute(_without_fragment(named + href[colon:]))
+            elif _SCHEME(named):  # mailto:, javascript:, ...: no base plays a part (no links)
+                answer = absolute(href)
+            else:  # "a/b:c" is a relative path
+                return cached(href, base)
+            remember(anywhere, href, answer)
+            return answer
 
         return link
 
@@ -592,18 +601,19 @@ class LinkCanonicalizer:
         self._by_origin[origin] = known
         return known
 
-    def _remember(self, known: dict[str, str | None], href: str, answer: str | None) -> None:
+    def _remember(self, memory: dict[str, str | None], href: str, answer: str | None) -> None:
         self._make_room()  # the dict of this page stays in use until the page ends
-        known[href] = answer
+        memory[href] = answer
 
     def _make_room(self) -> None:
-        """Count one more entry, dropping every origin's memory first when it is full."""
+        """Count one more entry, dropping every remembered answer first when it is full."""
         if self._remembered >= self._size:
             self._by_origin.clear()
+            self._anywhere.clear()
             self._remembered = 0
         self._remembered += 1
 
-    def _canonical_or_none(self, url: str, base: str | None) -> str | None:
+    def _canonical_or_none(self, url: str, base: str | None = None) -> str | None:
         try:
             return self.rules.canonicalize(url, base=base)
         except UrlError:
