@@ -106,7 +106,7 @@ class Dispatcher:
         self._nc = await connect(self._settings, "jetcrawl-dispatcher")
         self._js = self._nc.jetstream()
         kv = await ensure(self._js, self._settings)
-        self._outbox = Outbox(self._nc)
+        self._outbox = Outbox(self._nc, propagate=self._tracing.enabled)
         self._seen = SeenSet(
             self._outbox, kv, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
         )

@@ -110,7 +110,9 @@ class Outbox:
     Tracing: a message whose headers carry no ``traceparent`` gets the current span's context —
     through a ``publish <subject>`` PRODUCER span, child of the current span and ended on the
     ack, when the Outbox has a tracer. Without a current span nothing is added. Writes to KV
-    buckets are state, not messages, and never carry trace context.
+    buckets are state, not messages, and never carry trace context. ``propagate=False`` is for a
+    service whose tracing is off, where no span is ever current: looking for one costs ~1.4 us
+    a message.
     """
 
     def __init__(
@@ -119,10 +121,12 @@ class Outbox:
         timeout_s: float = PUBLISH_TIMEOUT_S,
         tracer: Tracer | None = None,
         linger_s: float = 0.0,
+        propagate: bool = True,
     ) -> None:
         self._nc = nc
         self._timeout_s = timeout_s
         self._tracer = tracer
+        self._propagate = propagate
         self._linger_s = linger_s
         self._prefix = ""
         self._tokens = itertools.count()
@@ -245,7 +249,11 @@ class Outbox:
 
     def _traced(self, m: Outgoing) -> tuple[Span | None, Mapping[str, str] | None]:
         """The message's PRODUCER span (if one is made) and its headers with trace context."""
-        if m.subject.startswith(KV_SUBJECT_PREFIX) or (m.headers and TRACEPARENT in m.headers):
+        if (
+            not self._propagate
+            or m.subject.startswith(KV_SUBJECT_PREFIX)
+            or (m.headers and TRACEPARENT in m.headers)
+        ):
             return None, m.headers
         if self._tracer is None or not get_current_span().get_span_context().is_valid:
             return None, inject(m.headers)

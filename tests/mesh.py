@@ -125,7 +125,13 @@ class Mesh:
                 "--log-level",
                 "INFO",
                 role,
-                env={**os.environ, **self.settings.to_env(), "JETCRAWL_WORKER_ID": name, **env},
+                env={
+                    # Tracing is on only where a test asks for it (OTEL_* in ``env``).
+                    **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                    **self.settings.to_env(),
+                    "JETCRAWL_WORKER_ID": name,
+                    **env,
+                },
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )

@@ -61,6 +61,7 @@ async def test_three_workers_crawl_exactly_the_reachable_set_fetching_nothing_tw
     assert set(urls) == site.reachable
     assert max(fetch_requests(site).values()) == 1, "no URL fetched twice"
     assert all(r.attempt == 1 for r in results)
+    assert all(r.trace_id is None for r in results), "tracing is off: no trace to name"
     for r in results:
         assert ownership[r.shard] == r.worker, "crawled by the shard's owner"
         assert r.fence > 0

@@ -152,6 +152,19 @@ async def test_outbox_makes_a_producer_span_per_message_and_carries_its_context(
     assert spans["publish t.one"].attributes["messaging.message.id"] == "m1"  # type: ignore[index]
 
 
+async def test_an_outbox_told_not_to_propagate_adds_no_context_under_a_current_span(
+    nc: NATS, js: JetStreamContext, tracer: Tracer
+) -> None:
+    await js.add_stream(StreamConfig(name="T", subjects=["t.>"]))
+    with tracer.start_as_current_span("process t.in", kind=SpanKind.CONSUMER) as parent:
+        await Outbox(nc).send([Outgoing("t.default", b"1")])  # no tracer: context still carried
+        await Outbox(nc, propagate=False).send([Outgoing("t.off", b"2")])
+    default, off = [await js.get_msg("T", seq) for seq in (1, 2)]
+    carried = remote_span_context(default.headers)
+    assert carried is not None and carried.span_id == parent.get_span_context().span_id
+    assert off.headers is None
+
+
 async def test_setup_exports_over_otlp_http_with_the_service_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

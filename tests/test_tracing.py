@@ -101,6 +101,7 @@ async def test_one_seed_reads_as_one_story_across_processes(
     assert intake.attributes["messaging.destination.subscription.name"] == "dispatch"
     assert intake.attributes["jetcrawl.tasks"] == 1
     trace = [s for s in spans if s.trace_id == intake.trace_id]
+    assert seed.trace_id == intake.trace_id, "the result names the trace it was crawled in"
 
     # dispatch -> the task's publish, a child in the same trace.
     task_subject = f"crawl.tasks.{seed.shard}"

@@ -31,7 +31,6 @@ from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
 from jetcrawl.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
-from otel import current_trace_id
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
 from worker.parse import Page, extract
@@ -346,7 +345,7 @@ class TaskProcessor:
             redirect_to=fetched.location if fetched else None,
             charset=fetched.charset if fetched else None,
             headers={k.lower(): v for k, v in fetched.headers.items()} if fetched else {},
-            trace_id=current_trace_id(),
+            trace_id=self._telemetry.trace_id(),
             payload_digest=digest,
             body_ref=body_ref,
         )

@@ -99,6 +99,7 @@ class Worker:
                 self._nc,
                 tracer=self._tracing.tracer,
                 linger_s=self._settings.publish_linger_s,
+                propagate=self._tracing.enabled,
             ),
             fetcher,
             robots,

@@ -29,7 +29,7 @@ from jetcrawl.bus import MSG_ID
 from jetcrawl.messages import Result
 from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.topology import shard_consumer
-from otel import Tracing
+from otel import Tracing, current_trace_id
 from otel.spans import consumer_span, end_http_client, fail, http_client_span
 from worker.errors import FetchError
 from worker.fetcher import Fetched
@@ -124,6 +124,11 @@ class TaskTelemetry:
 
     def parse(self) -> AbstractContextManager[object]:
         return self._tracing.tracer.start_as_current_span("parse") if self._on else _NOTHING
+
+    def trace_id(self) -> str | None:
+        """The current trace's id, for the task's result; None with tracing off (no span is
+        current then, and asking OpenTelemetry costs ~0.6 us)."""
+        return current_trace_id() if self._on else None
 
     def finished(self, result: Result) -> None:
         """A task's result is stored and the task acked: count the page."""
