@@ -129,6 +129,9 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+UNKNOWN_ROLE = "?"  # a process whose command line could not be read (yet): asked again
+
+
 @dataclass(slots=True)
 class _Tracked:
     role: str
@@ -140,7 +143,8 @@ class _Tracked:
 @dataclass(slots=True)
 class TreeMonitor:
     """Samples a tree; ``classify(cmdline, name) -> role`` names each process when first seen,
-    and again if it renames itself (a forked service does, a moment after its fork)."""
+    and again if it renames itself (a forked service does, a moment after its fork) or was
+    ``UNKNOWN_ROLE`` (a process caught in its exec, with no command line to read)."""
 
     root: int
     classify: Callable[[list[str], str], str]
@@ -160,11 +164,13 @@ class TreeMonitor:
                 continue
             key = (pid, stat.start_ticks)
             tracked = self.processes.get(key)
-            if tracked is None or tracked.name != stat.name:
+            if tracked is None or tracked.name != stat.name or tracked.role == UNKNOWN_ROLE:
                 role = self.classify(cmdline(pid), stat.name)
-                tracked = self.processes[key] = _Tracked(role, stat.name)
-                if self.on_new is not None:
-                    self.on_new(pid, role)
+                if tracked is None or role != tracked.role or tracked.name != stat.name:
+                    peak = tracked.peak_rss_bytes if tracked is not None else 0
+                    tracked = self.processes[key] = _Tracked(role, stat.name, peak_rss_bytes=peak)
+                    if self.on_new is not None:
+                        self.on_new(pid, role)
             tracked.cpu_s = stat.cpu_s
             tracked.peak_rss_bytes = max(tracked.peak_rss_bytes, stat.rss_bytes)
             rss += stat.rss_bytes

@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 
 from bench.procs import (
+    UNKNOWN_ROLE,
     TreeMonitor,
     busy_cpu_s,
     child_env,
@@ -143,16 +144,19 @@ def jetcrawl_env(work_dir: Path) -> dict[str, str]:
 
 # jetcrawl.services.NAME_PREFIX, written out: the bench also measures builds without it.
 FORKED_PREFIX = "jc-"
+SERVERS = frozenset({"nats-server", "etcd", "py-spy"})  # programs that are their own role
 
 
 def classify(command: list[str], name: str = "") -> str:
     """The role of a process of a system, from its command line and its name (comm)."""
     if name.startswith(FORKED_PREFIX):  # a service forked by `jetcrawl crawl`
         return name.removeprefix(FORKED_PREFIX)
+    if name in SERVERS:  # its name is all it takes, even while its command line is unreadable
+        return name
     if not command:
-        return "?"
+        return UNKNOWN_ROLE
     program = os.path.basename(command[0])
-    if program in ("nats-server", "etcd", "py-spy"):
+    if program in SERVERS:
         return program
     if "jetcrawl" in command:
         rest = command[command.index("jetcrawl") + 1 :]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import orjson
 import pytest
 
 from bench.cli import COMPILED_PACKAGES, byte_compile, main
-from bench.runners import Output, check
+from bench.procs import UNKNOWN_ROLE, TreeMonitor
+from bench.runners import Output, check, classify
 from bench.site import Site, SiteSpec
 from bench.siteserver import SiteServer, SiteStats
 
@@ -66,6 +69,35 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     expected = metrics["cpu_ms_per_page"]["median"] * bare / 3400
     assert comparisons["cpu_ms_scaled_by_bare"] == pytest.approx(expected)
     assert "Scaled by the bare fetch+extract loop's speed instead" in markdown
+
+
+def test_a_process_first_seen_without_its_command_line_is_named_at_a_later_sample() -> None:
+    # A process caught in its exec has no command line to read for a moment; named "?" then,
+    # it must not stay so (etcd once went missing from the report's roles that way).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        answers = iter([UNKNOWN_ROLE, "sleeper"])
+        asked: list[list[str]] = []
+
+        def named(command: list[str], name: str) -> str:
+            asked.append(command)
+            return next(answers)
+
+        monitor = TreeMonitor(child.pid, named)
+        for _ in range(3):
+            monitor.sample()
+        assert len(asked) == 2, "asked again while unknown, then no more"
+        assert set(monitor.cpu_by_role()) == {"sleeper"}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_servers_are_named_by_their_process_name_without_a_command_line() -> None:
+    assert classify([], "etcd") == "etcd"
+    assert classify([], "nats-server") == "nats-server"
+    assert classify([], "python3") == UNKNOWN_ROLE
+    assert classify(["/x/bin/python", "-m", "jetcrawl", "crawl", "u"], "python") == "crawl"
 
 
 def test_memory_command_reports_checkpoints(tmp_path: Path) -> None:
