@@ -372,12 +372,7 @@ def _without_dot_segments(url: str, path_start: int) -> str:
     """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
     of writing one URL share a cache key. A path with escapes or backslashes is left whole:
     canonicalize decodes ``%2E`` and turns backslashes into slashes before it removes them."""
-    end = url.find("?", path_start)  # _path_end, inline: this runs for every "../" link
-    if end < 0:
-        end = len(url)
-    fragment = url.find("#", path_start, end)
-    if fragment >= 0:
-        end = fragment
+    end = _path_end(url, path_start)
     path = url[path_start:end]
     if "/." not in path or "%" in path or "\\" in path:  # backslashes: browsers' slashes
         return url
