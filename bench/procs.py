@@ -164,11 +164,12 @@ class TreeMonitor:
                 continue
             key = (pid, stat.start_ticks)
             tracked = self.processes.get(key)
-            if tracked is None or tracked.name != stat.name or tracked.role == UNKNOWN_ROLE:
+            if tracked is None:
+                tracked = self.processes[key] = _Tracked(UNKNOWN_ROLE, "")
+            if tracked.name != stat.name or tracked.role == UNKNOWN_ROLE:
                 role = self.classify(cmdline(pid), stat.name)
-                if tracked is None or role != tracked.role or tracked.name != stat.name:
-                    peak = tracked.peak_rss_bytes if tracked is not None else 0
-                    tracked = self.processes[key] = _Tracked(role, stat.name, peak_rss_bytes=peak)
+                if (role, stat.name) != (tracked.role, tracked.name):
+                    tracked.role, tracked.name = role, stat.name
                     if self.on_new is not None:
                         self.on_new(pid, role)
             tracked.cpu_s = stat.cpu_s
