@@ -146,6 +146,10 @@ class Report:
                         role: stat.to_dict() for role, stat in self.role_ms_per_page(system).items()
                     },
                     "comparisons": self.comparisons(system),
+                    "messages_per_page": {
+                        stream: stat.to_dict()
+                        for stream, stat in self.messages_per_page(system).items()
+                    },
                 }
                 for system in self.systems
             },
@@ -195,7 +199,8 @@ class Report:
                 f"| {_ratio(cmp['vs_scrapy'])} | {_percent(cmp['vs_bare_extract'])} "
                 f"| {self.stat(system, 'background_cores').show(2)} |"
             )
-        lines += self._targets_md() + self._roles_md() + self._conditions_md()
+        lines += self._targets_md() + self._roles_md() + self._messages_md()
+        lines += self._conditions_md()
         lines += self._problems_md() + self._ceiling_md() + self._profiles_md()
         return "\n".join(lines) + "\n"
 
@@ -255,25 +260,34 @@ class Report:
             )
         return ["", "Machines differ. " + " ".join(sentences)] if sentences else []
 
+    def messages_per_page(self, system: str) -> dict[str, Stat]:
+        """Messages each stream stored per page, over the runs that report them."""
+        runs = [r for r in self.runs if r.system == system and r.messages]
+        streams = dict.fromkeys(stream for r in runs for stream in r.messages)
+        return {
+            stream: Stat.of([r.messages.get(stream, 0) / r.pages for r in runs])
+            for stream in streams
+        }
+
+    def _messages_md(self) -> list[str]:
+        systems = [s for s in self.jetcrawl_systems if self.messages_per_page(s)]
+        if not systems:
+            return []
+        return _table(
+            "Messages stored per page (CRAWL_FRONTIER: the seeds and the links messages)",
+            "stream",
+            {s: self.messages_per_page(s) for s in systems},
+        )
+
     def _roles_md(self) -> list[str]:
         systems = [s for s in self.systems if len(self.role_ms_per_page(s)) > 1]
         if not systems:
             return []
-        roles = list(dict.fromkeys(r for s in systems for r in self.role_ms_per_page(s)))
-        lines = [
-            "",
-            "## CPU ms per page by process (launch to exit, sampled)",
-            "",
-            f"| process | {' | '.join(systems)} |",
-            "|---|" + "---|" * len(systems),
-        ]
-        for role in roles:
-            cells = [
-                self.role_ms_per_page(s)[role].show() if role in self.role_ms_per_page(s) else "-"
-                for s in systems
-            ]
-            lines.append(f"| {role} | {' | '.join(cells)} |")
-        return lines
+        return _table(
+            "CPU ms per page by process (launch to exit, sampled)",
+            "process",
+            {s: self.role_ms_per_page(s) for s in systems},
+        )
 
     def _conditions_md(self) -> list[str]:
         site = max((r.site_cores for r in self.runs), default=0.0)
@@ -426,3 +440,20 @@ def _ratio(x: float | None) -> str:
 
 def _percent(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
+
+
+def _table(title: str, label: str, by_system: dict[str, dict[str, Stat]]) -> list[str]:
+    """A markdown section: a row per key of the systems' stats, a column per system."""
+    systems = list(by_system)
+    rows = list(dict.fromkeys(row for stats in by_system.values() for row in stats))
+    lines = [
+        "",
+        f"## {title}",
+        "",
+        f"| {label} | {' | '.join(systems)} |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for row in rows:
+        cells = [stats[row].show() if row in stats else "-" for stats in by_system.values()]
+        lines.append(f"| {row} | {' | '.join(cells)} |")
+    return lines

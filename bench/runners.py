@@ -15,6 +15,7 @@ RSS, and the check that it fetched exactly the known set (``problems`` is empty)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -35,7 +36,15 @@ from bench.procs import (
 from bench.site import Expected
 from bench.siteserver import SiteServer, SiteStats
 
-__all__ = ["SYSTEMS", "Context", "RunResult", "jetcrawl_env", "run_system"]
+__all__ = [
+    "STORED_MESSAGES",
+    "SYSTEMS",
+    "Context",
+    "RunResult",
+    "jetcrawl_env",
+    "run_system",
+    "stored_messages",
+]
 
 SYSTEMS = ("bare-fetch", "bare-extract", "scrapy", "jetcrawl-1", "jetcrawl-2")
 MAX_DEPTH = 100  # the site is a few links deep; no system may stop early
@@ -85,6 +94,8 @@ class RunResult:
     returncode: int
     problems: list[str]  # why the crawl was not exactly the known set (empty: exact)
     notes: list[str]  # worth knowing, not a failure (e.g. URLs fetched twice)
+    # jetcrawl: the messages each stream stored during the crawl, from the command's log
+    messages: dict[str, int] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:
@@ -225,7 +236,29 @@ def run_system(
         returncode=done.returncode,
         problems=problems,
         notes=notes,
+        messages=stored_messages(run_dir / "log.txt") if name.startswith("jetcrawl") else {},
     )
+
+
+# jetcrawl crawl logs, once drained: "messages stored by this crawl: CRAWL_FRONTIER 2193, ..."
+STORED_MESSAGES = re.compile(r"messages stored by this crawl: (.*)$", re.MULTILINE)
+
+
+def stored_messages(log: Path) -> dict[str, int]:
+    """Messages per stream that a ``jetcrawl crawl`` says it stored ({} from a build that does
+    not say)."""
+    try:
+        match = STORED_MESSAGES.search(log.read_text(errors="replace"))
+    except OSError:
+        return {}
+    if match is None:
+        return {}
+    counts = {}
+    for part in match.group(1).split(","):
+        stream, _, count = part.strip().rpartition(" ")
+        if stream and count.isdigit():
+            counts[stream] = int(count)
+    return counts
 
 
 def _span_cpu(monitor: TreeMonitor, stats: SiteStats) -> tuple[float, dict[str, float]]:

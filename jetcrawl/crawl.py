@@ -33,7 +33,7 @@ from nats.js.errors import NotFoundError
 
 from jetcrawl.bodies import BodyNotFound, BodyStore
 from jetcrawl.bus import connect
-from jetcrawl.drain import Snapshot, snapshot
+from jetcrawl.drain import WATCHED_STREAMS, Snapshot, snapshot
 from jetcrawl.embedded import EtcdServer, NatsServer
 from jetcrawl.errors import JetcrawlError, MessageError
 from jetcrawl.export import Sink, open_sink
@@ -158,8 +158,11 @@ async def crawl(
         stack.push_async_callback(nc.close)
         js = nc.jetstream()
         await ensure(js, settings)
-        first_result = (await js.stream_info(RESULTS_STREAM)).state.last_seq + 1
-        first_dead = (await js.stream_info(DEAD_STREAM)).state.last_seq + 1
+        before = {
+            stream: (await js.stream_info(stream)).state.last_seq for stream in WATCHED_STREAMS
+        }
+        first_result = before[RESULTS_STREAM] + 1
+        first_dead = before[DEAD_STREAM] + 1
 
         # Seeds go out once every worker holds its shards: no handover churn at the start.
         await _wait_for_workers(settings, request.workers, children, interrupt)
@@ -177,7 +180,9 @@ async def crawl(
         async with asyncio.TaskGroup() as tg:
             tg.create_task(collector.follow())
             try:
-                await _wait_drained(js, settings, children, collector.summary, started, interrupt)
+                drained = await _wait_drained(
+                    js, settings, children, collector.summary, started, interrupt
+                )
             except (CrawlFailed, Interrupted) as e:
                 failure = e
             finally:
@@ -190,6 +195,11 @@ async def crawl(
             raise failure
         summary = collector.summary
         summary.dead_reasons = await _dead_reasons(js, first_dead)
+        counts = ", ".join(
+            f"{stream} {last - before[stream]}"
+            for stream, last in zip(WATCHED_STREAMS, drained.last_seqs, strict=True)
+        )
+        log.info("messages stored by this crawl: %s", counts)
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -496,7 +506,8 @@ async def _wait_drained(
     summary: Summary,
     started: float,
     interrupt: Interrupt,
-) -> None:
+) -> Snapshot:
+    """The snapshot that shows the crawl drained."""
     progress = Progress(sys.stderr)
     previous: Snapshot | None = None
     cadence = Cadence()
@@ -511,7 +522,7 @@ async def _wait_drained(
             summary.dead_letters = current.dead
             progress.show(current, summary, time.monotonic() - started)
             if current.settled_after(previous):
-                return
+                return current
             previous = current
             await _wait(interrupt.requested, cadence.next_in(current, time.monotonic()))
     finally:

@@ -48,6 +48,12 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     assert [run["problems"] for run in report["runs"]] == [[]] * len(systems)
     roles = report["systems"]["jetcrawl-1"]["cpu_ms_per_page_by_role"]
     assert {"crawl", "dispatcher", "worker", "nats-server", "etcd"} <= set(roles)
+    # The messages the crawl stored, per fetchable page: a task and a result each (the
+    # robots-disallowed URLs have theirs too), and the frontier's seeds and links messages.
+    stored = report["systems"]["jetcrawl-1"]["messages_per_page"]
+    assert stored["CRAWL_TASKS"]["median"] == stored["CRAWL_RESULTS"]["median"] >= 1.0
+    assert 0 < stored["CRAWL_FRONTIER"]["median"] < 1
+    assert "## Messages stored per page" in (tmp_path / "bench.md").read_text()
     assert set(report["targets"]["jetcrawl-1"]) == {
         "vs_scrapy",
         "vs_bare_extract",
