@@ -17,6 +17,7 @@ from typing import NamedTuple
 from jetcrawl.errors import MessageError, UrlError
 from jetcrawl.messages import (
     Discovered,
+    DiscoveredPages,
     Lineage,
     Seed,
     SeedReject,
@@ -129,15 +130,22 @@ class Intake:
     ) -> Reading:
         reading = Reading()
         try:
-            page = Discovered.from_wire(data)
+            pages = DiscoveredPages.from_wire(data).pages
         except MessageError as e:
             reading.unreadable = True
             reading.rejections.append(Rejection(DISCOVERED_STAGE, e.reason, e.detail, data))
             return reading
+        for page in pages:
+            self._read_page(page, reading, known)
+        return reading
+
+    def _read_page(
+        self, page: Discovered, reading: Reading, known: Callable[[str], object | None] | None
+    ) -> None:
         lineage = page.lineage
         if page.depth > lineage.max_depth:
-            reading.too_deep = len(page.links)
-            return reading
+            reading.too_deep += len(page.links)
+            return
         max_repeated = self._settings.max_repeated_segments
         job = lineage.job
         any_scope = lineage.scope == "any"
@@ -160,4 +168,3 @@ class Intake:
                 reading.known += 1  # most links: no Task object, no further look
                 continue
             tasks.append(Task(url, fp, page.depth, lineage, page.parent))
-        return reading

@@ -264,7 +264,8 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Discovered:
-    """The outlinks of one fetched page, on ``crawl.discovered`` (canonical, scoped, unique)."""
+    """The outlinks of one fetched page (canonical, scoped, unique): a page of a
+    :class:`DiscoveredPages` message on ``crawl.discovered``."""
 
     parent: str
     parent_fp: str
@@ -272,21 +273,23 @@ class Discovered:
     lineage: Lineage
     links: tuple[str, ...]
 
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "parent": self.parent,
+            "parent_fp": self.parent_fp,
+            "depth": self.depth,
+            "links": list(self.links),
+        } | self.lineage.to_wire()
+
     def to_wire(self) -> bytes:
-        return orjson.dumps(
-            {
-                "v": WIRE_VERSION,
-                "parent": self.parent,
-                "parent_fp": self.parent_fp,
-                "depth": self.depth,
-                "links": list(self.links),
-            }
-            | self.lineage.to_wire()
-        )
+        return orjson.dumps({"v": WIRE_VERSION} | self.to_obj())
 
     @classmethod
     def from_wire(cls, data: bytes) -> Self:
-        obj = _object(data)
+        return cls.from_obj(_object(data))
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> Self:
         links = _field(obj, "links", list)
         if not all(isinstance(link, str) for link in links):
             raise MessageError("wrong_type", "links must be strings")
@@ -297,6 +300,35 @@ class Discovered:
             lineage=Lineage.from_obj(obj),
             links=tuple(links),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredPages:
+    """A message on ``crawl.discovered``: the outlinks of one page or of several.
+
+    One page is the page's own object (``Discovered.to_wire``); several are
+    ``{"v": 1, "pages": [page, ...]}``, each page the same object without ``"v"``. A reader takes
+    both; a page of a message that cannot be read makes the whole message unreadable.
+    """
+
+    pages: tuple[Discovered, ...]
+
+    def to_wire(self) -> bytes:
+        if len(self.pages) == 1:
+            return self.pages[0].to_wire()
+        return orjson.dumps({"v": WIRE_VERSION, "pages": [page.to_obj() for page in self.pages]})
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        if "pages" not in obj:
+            return cls((Discovered.from_obj(obj),))
+        pages = _field(obj, "pages", list)
+        if not pages:
+            raise MessageError("wrong_type", "pages must not be empty")
+        if not all(isinstance(page, dict) for page in pages):
+            raise MessageError("wrong_type", "pages must be JSON objects")
+        return cls(tuple(Discovered.from_obj(page) for page in pages))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,10 @@ Worker (``WorkerMetrics``)::
     jetcrawl_fetches_in_flight           HTTP fetches running now (at most concurrency)
     jetcrawl_links_published_total       links sent back to the frontier
     jetcrawl_links_sent_before_total     links left out of a page's message: the worker sent them
-                                         to the frontier already (worker/sent.py)
+                                         to the frontier already (worker/sent.py), or an earlier
+                                         page of the same message carries them
+    jetcrawl_links_messages_total        crawl.discovered messages stored (one page's links or
+                                         several pages', worker/discovered.py)
     jetcrawl_publish_retries_total       records published again in place after a failed publish
 """
 
@@ -81,6 +84,8 @@ class CrawlCounts(Protocol):
     def links_published(self) -> int: ...
     @property
     def links_sent_before(self) -> int: ...
+    @property
+    def links_messages(self) -> int: ...
     @property
     def publish_retries(self) -> int: ...
     @property
@@ -221,8 +226,14 @@ class WorkerMetrics(ServiceMetrics):
                 ),
                 (
                     "jetcrawl_links_sent_before",
-                    "Links left out of a page's message: this worker sent them already.",
+                    "Links left out of a page's message: this worker sent them already, or an "
+                    "earlier page of the same message carries them.",
                     lambda: worker.stats.links_sent_before,
+                ),
+                (
+                    "jetcrawl_links_messages",
+                    "crawl.discovered messages stored, each one page's links or several pages'.",
+                    lambda: worker.stats.links_messages,
                 ),
                 (
                     "jetcrawl_publish_retries",

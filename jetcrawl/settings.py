@@ -147,6 +147,9 @@ class Settings:
     # Links a worker remembers having sent to the frontier (worker/sent.py), so a link on many
     # pages is sent once; 0: every page's links are sent.
     link_memory: int = 100_000
+    # Pages whose links are ready within this long of each other send them in one
+    # crawl.discovered message (worker/discovered.py; with tracing off); 0: one message a page.
+    links_linger_s: float = 0.02
 
     # --- observability
     metrics_port: int = 0  # 0: no HTTP endpoint (/metrics, /healthz, /readyz)
@@ -189,6 +192,7 @@ class Settings:
             "publish_linger_s",
             "dispatch_linger_s",
             "link_memory",
+            "links_linger_s",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")

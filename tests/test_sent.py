@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from nats.js import JetStreamContext
 
@@ -9,6 +11,7 @@ from jetcrawl.embedded import NatsServer
 from jetcrawl.messages import Lineage
 from tests.badsite import BadSite
 from tests.test_good_citizen import crawling, drained, page, results, seed, settings_for
+from worker.crawl import CrawlStats
 from worker.sent import SentLinks
 
 HOST = Lineage(job="j", scope="host", root="a.test", max_depth=5)
@@ -62,27 +65,41 @@ def test_with_recrawls_a_link_is_sent_again_once_its_seen_mark_may_have_expired(
     assert sent.unsent(HOST, 1, (A,)) == (A,)
 
 
-@pytest.mark.parametrize("memory", [0, 1000])
-async def test_a_link_on_every_page_is_sent_once_and_the_crawl_is_the_same(
-    nats_server: NatsServer, js: JetStreamContext, memory: int
-) -> None:
-    """Every page links every page: without the memory each page sends them all again."""
-    paths = ["/", *(f"/p{n}" for n in range(12))]
+PATHS = ["/", *(f"/p{n}" for n in range(12))]
+
+
+async def crawl_where_every_page_links_every_page(
+    nats_server: NatsServer, js: JetStreamContext, **changes: Any
+) -> CrawlStats:
+    """Crawl a site whose every page links every page, check that every page was crawled and
+    fetched once, and return the worker's stats."""
     async with BadSite(host="127.0.0.2") as site:
-        for path in paths:
-            site.add(path, page(*paths, title=path))
-        async with crawling(settings_for(nats_server, link_memory=memory, concurrency=1)) as worker:
+        for path in PATHS:
+            site.add(path, page(*PATHS, title=path))
+        async with crawling(settings_for(nats_server, **changes)) as worker:
             await seed(js, [site.url("/")])
             await drained(js)
             stats = worker.stats
         crawled = await results(js)
-        assert set(crawled) == {site.url(path) for path in paths}
+        assert set(crawled) == {site.url(path) for path in PATHS}
         assert all(hits == 1 for hits in site.hits.values())
-    found = len(paths) * (len(paths) - 1)  # each page's links but itself
+    return stats
+
+
+@pytest.mark.parametrize("memory", [0, 1000])
+async def test_a_link_on_every_page_is_sent_once_and_the_crawl_is_the_same(
+    nats_server: NatsServer, js: JetStreamContext, memory: int
+) -> None:
+    """Without the memory each page sends them all again (each page's links in a message of
+    their own here: tests/test_discovered.py gathers them)."""
+    stats = await crawl_where_every_page_links_every_page(
+        nats_server, js, link_memory=memory, concurrency=1, links_linger_s=0
+    )
+    found = len(PATHS) * (len(PATHS) - 1)  # each page's links but itself
     assert stats.links_published + stats.links_sent_before == found
     if memory:
         # "/" sends the 12 others; a page sends "/" until one such message is acknowledged (the
         # next page may be parsed before that), and nothing more.
-        assert len(paths) - 1 < stats.links_published <= 2 * len(paths)
+        assert len(PATHS) - 1 < stats.links_published <= 2 * len(PATHS)
     else:
         assert stats.links_sent_before == 0

@@ -29,8 +29,9 @@ from jetcrawl.dlq import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
 from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
 from jetcrawl.settings import Settings
-from jetcrawl.topology import DISCOVERED, dead_subject, result_subject
+from jetcrawl.topology import dead_subject, result_subject
 from jetcrawl.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
+from worker.discovered import DiscoveredOutbox
 from worker.errors import FetchError
 from worker.fetcher import Fetched, Fetcher
 from worker.parse import Page, extract
@@ -65,8 +66,11 @@ class CrawlStats:
     disallowed: int = 0
     failed: int = 0
     retried: int = 0
-    links_published: int = 0
-    links_sent_before: int = 0  # links left out of a page's message: this worker sent them already
+    links_published: int = 0  # links carried by stored crawl.discovered messages
+    links_messages: int = 0  # crawl.discovered messages stored (a message carries one page or more)
+    # links left out of a page's links: this worker sent them, or an earlier page of the same
+    # message carries them
+    links_sent_before: int = 0
     dead_letters: int = 0
     deferred: int = 0  # waiting tasks handed back to make room (not attempts)
     publish_retries: int = 0  # records published again in place after a failed publish
@@ -104,12 +108,16 @@ class TaskProcessor:
         self._politeness = politeness
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
+        self.stats = CrawlStats()
+        # With tracing on, each page's links carry its trace context: one message per page.
+        self._links_out = DiscoveredOutbox(
+            outbox, 0.0 if telemetry.traced else settings.links_linger_s, self.stats
+        )
         self._backoff = Backoff(
             settings.task_max_deliver, settings.retry_base_delay_s, settings.retry_max_delay_s
         )
         # Politeness hand-backs per task (stream sequence): deliveries that were no attempt.
         self._deferrals: OrderedDict[int, int] = OrderedDict()
-        self.stats = CrawlStats()
 
     async def process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
@@ -365,13 +373,11 @@ class TaskProcessor:
         if replay:  # a replayed dead letter: its records must not be dropped as duplicates
             crawl_id = f"{crawl_id}-replay-{replay}"
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
-        if links is not None:
-            outgoing.append(Outgoing(DISCOVERED, links.to_wire(), {MSG_ID: f"links-{crawl_id}"}))
         if letter is not None:
             outgoing.append(
                 Outgoing(dead_subject(letter.stage), letter.to_wire(), {MSG_ID: f"dead-{crawl_id}"})
             )
-        failed = await self._publish(outgoing)
+        failed = await self._publish(outgoing, links, crawl_id)
         if failed is not None:
             log.warning(
                 "publishing the result of %s failed, handing it back: %s", result.url, failed
@@ -384,34 +390,45 @@ class TaskProcessor:
         await self._outbox.ack(msg)
         self.stats.tasks += 1
         self._telemetry.finished(result)
-        if links is not None:
+        if links is not None:  # counted as published by the discovered outbox
             self._sent.sent(links.lineage, links.depth, links.links)
-            self.stats.links_published += len(links.links)
         if letter is not None:
             self.stats.dead_letters += 1
 
-    async def _publish(self, outgoing: list[Outgoing]) -> PublishFailed | None:
-        """Publish all, again in place what was not stored (``PUBLISH_TRIES`` in all); the
-        first failure left, or None when all are stored."""
-        acks = await self._outbox.send(outgoing)
+    async def _publish(
+        self, outgoing: list[Outgoing], links: Discovered | None = None, crawl_id: str = ""
+    ) -> PublishFailed | None:
+        """Publish all, and ``links`` (of the task ``crawl_id``) through the discovered outbox;
+        again in place what was not stored (``PUBLISH_TRIES`` in all). The first failure left,
+        or None when all are stored."""
         delay_s = PUBLISH_RETRY_DELAY_S
-        for _ in range(PUBLISH_TRIES - 1):
-            failed = [i for i, ack in enumerate(acks) if isinstance(ack, PublishFailed)]
-            if not failed:
+        failures: list[PublishFailed] = []
+        for attempt in range(PUBLISH_TRIES):
+            if attempt:
+                log.warning(
+                    "publishing %s failed, again in %.0f s: %s",
+                    failures[0].subject,
+                    delay_s,
+                    failures[0],
+                )
+                self.stats.publish_retries += len(failures)
+                await asyncio.sleep(delay_s)
+                delay_s *= 2
+            links_stored = self._links_out.add(links, crawl_id) if links is not None else None
+            acks = await self._outbox.send(outgoing) if outgoing else []
+            failures = [ack for ack in acks if isinstance(ack, PublishFailed)]
+            outgoing = [
+                m for m, a in zip(outgoing, acks, strict=True) if isinstance(a, PublishFailed)
+            ]
+            if links_stored is not None:
+                links_ack = await links_stored
+                if isinstance(links_ack, PublishFailed):
+                    failures.append(links_ack)
+                else:
+                    links = None
+            if not failures:
                 return None
-            log.warning(
-                "publishing %s failed, again in %.0f s: %s",
-                outgoing[failed[0]].subject,
-                delay_s,
-                acks[failed[0]],
-            )
-            self.stats.publish_retries += len(failed)
-            await asyncio.sleep(delay_s)
-            delay_s *= 2
-            again = await self._outbox.send([outgoing[i] for i in failed])
-            for i, ack in zip(failed, again, strict=True):
-                acks[i] = ack
-        return next((ack for ack in acks if isinstance(ack, PublishFailed)), None)
+        return failures[0]
 
     async def _retry(self, msg: Msg, delay_s: float) -> None:
         await self._outbox.nak(msg, delay=delay_s)

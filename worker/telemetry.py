@@ -57,6 +57,11 @@ class TaskTelemetry:
         self._on = tracing.enabled
         self.metrics = metrics
 
+    @property
+    def traced(self) -> bool:
+        """Tracing is on: each task has spans, and its messages carry their context."""
+        return self._on
+
     def processing(self, msg: Msg, shard: int) -> AbstractContextManager[object]:
         """The task's CONSUMER span, current while the task is crawled."""
         return self._processing(msg, shard) if self._on else _NOTHING
