@@ -493,7 +493,9 @@ class LinkCanonicalizer:
     In front of that cache, answers are kept by the link's text: for links no base plays a part
     in (absolute ``http(s)://`` ones, other schemes) one memory for every page, for links only
     the base's origin plays a part in (rooted and scheme-relative ones: navigation, mostly) one
-    per origin. A link another page had then costs a dict lookup. ``size`` bounds these entries
+    per origin, which also keeps relative paths by their join onto the page's directory (a key
+    that is the absolute URL the join makes, so it means the same as that link's text would). A
+    link another page had then costs a dict lookup. ``size`` bounds these entries
     too (all are dropped at once when they reach it).
     """
 
@@ -565,11 +567,16 @@ class LinkCanonicalizer:
                 remember(known, href, answer)
                 return answer
             colon = href.find(":")
-            if colon < 0:  # a relative path
+            if colon < 0:  # a relative path: kept by the origin's memory under its join
                 url = directory + href
-                if first == "." or "/." in href:
-                    url = _without_dot_segments(url, path_start)
-                return absolute(_without_fragment(url))
+                answer = known.get(url, _UNKNOWN)
+                if answer is _UNKNOWN:
+                    joined = url
+                    if first == "." or "/." in href:
+                        url = _without_dot_segments(url, path_start)
+                    answer = absolute(_without_fragment(url))
+                    remember(known, joined, answer)
+                return answer  # type: ignore[return-value]
             named = href[:colon].lower()
             if named == "http" or named == "https":
                 after = href[colon + 3 : colon + 4]

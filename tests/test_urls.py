@@ -532,6 +532,25 @@ def test_cached_link_canonicalization_agrees_with_canonicalize(link: str, base: 
     assert LINKS.link(link, base) == expected  # and once more, from the cache
 
 
+def test_a_relative_link_is_remembered_by_its_join_onto_the_page_directory() -> None:
+    links = LinkCanonicalizer(UrlRules())
+    assert (
+        links.link("x?b=2&a=1", "http://example.com/a/b.html") == "http://example.com/a/x?a=1&b=2"
+    )
+    # The same text in another directory is another URL; the join's text is the same URL.
+    assert (
+        links.link("x?b=2&a=1", "http://example.com/c/d.html") == "http://example.com/c/x?a=1&b=2"
+    )
+    assert links.link("http://example.com/a/x?b=2&a=1", "http://example.com/") == (
+        "http://example.com/a/x?a=1&b=2"
+    )
+    assert links.link("./y/../x?b=2&a=1#f", "http://example.com/a/") == (
+        "http://example.com/a/x?a=1&b=2"
+    )
+    assert links.link("../../x", "http://example.com/a/b/c.html") == "http://example.com/x"
+    assert links.link("../../x", "http://example.com/a/b/c/d.html") == "http://example.com/a/x"
+
+
 def test_a_small_link_cache_forgets_and_still_answers_rightly() -> None:
     links = LinkCanonicalizer(UrlRules(), size=3)
     hrefs = [f"/p{n}?b=2&a=1#f" for n in range(10)] + ["http://Other.example/x", "mailto:x@y"]
