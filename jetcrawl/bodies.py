@@ -9,7 +9,6 @@ only compresses sealed blocks, so it does little for a bucket that is mostly its
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 
@@ -27,9 +26,23 @@ class BodyNotFound(JetcrawlError):
         self.ref = ref
 
 
+# Base32 (RFC 4648) two characters at a time: the 1,024 pairs of the alphabet, by 10-bit value,
+# and where each pair's ten bits sit in a 160-bit digest.
+_B32_SHIFTS = tuple(range(150, -1, -10))
+_B32_PAIRS = [
+    a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+]
+
+
 def payload_digest(body: bytes) -> str:
-    """``sha1:<base32>``, the form of WARC-Payload-Digest."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
+    """``sha1:<base32>``, the form of WARC-Payload-Digest.
+
+    A SHA-1 is 160 bits, 32 base32 characters without padding, taken ten bits at a time from
+    one integer: ~2 us, where ``base64.b32encode`` (Python code, five bytes a turn) takes ~4.
+    """
+    n = int.from_bytes(hashlib.sha1(body).digest())
+    pairs = _B32_PAIRS
+    return "sha1:" + "".join([pairs[(n >> shift) & 0x3FF] for shift in _B32_SHIFTS])
 
 
 def body_ref(fp: str, digest: str) -> str:

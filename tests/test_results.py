@@ -13,6 +13,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.js import JetStreamContext
 from warcio.archiveiterator import ArchiveIterator
 
@@ -237,3 +239,9 @@ async def test_follow_writes_records_as_they_arrive_until_interrupted(
         async with asyncio.timeout(20):
             await proc.wait()
     assert proc.returncode == 0
+
+
+@given(st.binary(max_size=3000))
+def test_the_payload_digest_is_the_sha1_in_base32_as_warc_writes_it(body: bytes) -> None:
+    expected = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    assert payload_digest(body) == expected
