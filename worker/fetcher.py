@@ -27,8 +27,7 @@ import asyncio
 import contextvars
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -207,7 +206,8 @@ class Fetcher:
         fetched_at = time.time()
         started = time.perf_counter()
         max_redirects = self._max_redirects if follow_redirects else None
-        async with self._follow(url, max_redirects, headers) as (response, final_url, redirects):
+        response, final_url, redirects = await self._follow(url, max_redirects, headers)
+        try:
             location = None
             if response.status in REDIRECT_STATUSES and "Location" in response.headers:
                 location = self._redirect_target(final_url, response.headers["Location"])
@@ -223,6 +223,8 @@ class Fetcher:
                 name: response.headers[name] for name in KEPT_HEADERS if name in response.headers
             }
             status = response.status
+        finally:
+            response.release()
         return Fetched(
             url=url,
             final_url=final_url,
@@ -245,7 +247,8 @@ class Fetcher:
         its Content-Type, is read up to ``max_bytes`` (the rest is left unread) and decoded as
         UTF-8 with replacement characters; any other status comes with "".
         """
-        async with self._follow(url, TEXT_MAX_REDIRECTS) as (response, final_url, redirects):
+        response, final_url, redirects = await self._follow(url, TEXT_MAX_REDIRECTS)
+        try:
             status = response.status
             raw = bytearray()
             if 200 <= status < 300:
@@ -255,16 +258,18 @@ class Fetcher:
                         if not chunk:
                             break
                         raw += chunk
+        finally:
+            response.release()
         return status, raw[:max_bytes].decode("utf-8", "replace"), redirects
 
-    @asynccontextmanager
     async def _follow(
         self, url: str, max_redirects: int | None, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, str, tuple[str, ...]]]:
+    ) -> tuple[aiohttp.ClientResponse, str, tuple[str, ...]]:
         """The final response of ``url``'s redirect chain, with its URL and the chain before it.
 
-        ``max_redirects=None`` follows none: the first response is the final one. The response
-        is released when the context exits; every intermediate one at once.
+        ``max_redirects=None`` follows none: the first response is the final one. Every
+        intermediate response is released at once; the caller releases the final one. (A plain
+        coroutine: a generator-based context manager costs ~3 us a fetch.)
         """
         session = self._open()
         await self._guard_endpoints()
@@ -286,10 +291,7 @@ class Fetcher:
                     "too_many_redirects", f"more than {max_redirects} redirects", current
                 )
             current = target
-        try:
-            yield response, current, tuple(redirects)
-        finally:
-            response.release()
+        return response, current, tuple(redirects)
 
     async def _send(
         self,
