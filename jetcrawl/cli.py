@@ -295,16 +295,20 @@ async def run_worker(settings: Settings) -> None:
 
     worker_id = settings.worker_id or default_worker_id()
     tracing = setup_tracing(WORKER_SERVICE, worker_id, __version__)
-    metrics = WorkerMetrics(WORKER_SERVICE, __version__, worker_id)
+    # Pages are counted and timed only for a /metrics that someone can read (~5 us a page).
+    metrics = (
+        WorkerMetrics(WORKER_SERVICE, __version__, worker_id) if settings.metrics_port else None
+    )
     readiness = Readiness()
     stopping = asyncio.Event()
     try:
         async with (
-            _endpoint(settings, metrics.registry, readiness),
+            _endpoint(settings, metrics.registry if metrics else None, readiness),
             Worker(settings, worker_id, tracing, metrics) as worker,
             asyncio.TaskGroup() as tg,
         ):
-            metrics.bind(worker)
+            if metrics is not None:
+                metrics.bind(worker)
             readiness.add("nats", nats_ready(worker.nc, settings))
             tg.create_task(worker.run())
             await worker.wait_running()
@@ -322,10 +326,10 @@ async def run_worker(settings: Settings) -> None:
 
 
 def _endpoint(
-    settings: Settings, registry: CollectorRegistry, readiness: Readiness
+    settings: Settings, registry: CollectorRegistry | None, readiness: Readiness
 ) -> contextlib.AbstractAsyncContextManager[object]:
     """The service's /metrics, /healthz and /readyz, when ``metrics_port`` is set."""
-    if not settings.metrics_port:
+    if not settings.metrics_port or registry is None:
         return contextlib.nullcontext()
     from jetcrawl.endpoint import Endpoint  # not before: it loads aiohttp's server
 

@@ -20,13 +20,12 @@ from contextlib import AsyncExitStack
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-import jetcrawl
 from jetcrawl.bodies import BodyStore
 from jetcrawl.bus import Outbox, connect
 from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.settings import Settings
 from jetcrawl.topology import TASKS_STREAM, VALIDATORS_BUCKET, ensure, shard_consumer
-from otel import NO_TRACING, WORKER_SERVICE, Tracing
+from otel import NO_TRACING, Tracing
 from worker.capacity import Capacity
 from worker.crawl import CrawlStats, Ownership, TaskProcessor
 from worker.fetcher import Fetcher
@@ -55,9 +54,7 @@ class Worker:
         self.worker_id = worker_id
         # spans and metrics
         self._tracing = tracing
-        self._telemetry = TaskTelemetry(
-            tracing, metrics or WorkerMetrics(WORKER_SERVICE, jetcrawl.__version__, worker_id)
-        )
+        self._telemetry = TaskTelemetry(tracing, metrics)  # None: nothing observed
         # connections and components, set by start()
         self._resources = AsyncExitStack()
         self._nc: NATS | None = None

@@ -12,7 +12,8 @@ The spans of one task, by the messaging and HTTP client semantic conventions::
       publish crawl.discovered     current; the links carry the page's context to the dispatcher
 
 Metrics observed here: pages by outcome and status class and their bytes when a task finishes,
-the GET's duration (failures included) and the politeness wait. With tracing off, no span is made.
+the GET's duration (failures included) and the politeness wait. With tracing off, no span is made;
+without metrics (a worker that serves no /metrics), nothing is observed or timed.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ _NOTHING = nullcontext()  # with tracing off: a generator-based context manager 
 
 
 class TaskTelemetry:
-    def __init__(self, tracing: Tracing, metrics: WorkerMetrics) -> None:
+    def __init__(self, tracing: Tracing, metrics: WorkerMetrics | None) -> None:
         self._tracing = tracing
         self._on = tracing.enabled
-        self.metrics = metrics
+        self._metrics = metrics
+        self._timed = metrics is not None or tracing.enabled
 
     @property
     def traced(self) -> bool:
@@ -91,6 +93,8 @@ class TaskTelemetry:
         return verdict
 
     async def politeness_wait(self, wait: Awaitable[T]) -> T:
+        if not self._timed:
+            return await wait
         started = time.perf_counter()
         try:
             if not self._on:
@@ -98,10 +102,13 @@ class TaskTelemetry:
             with self._tracing.tracer.start_as_current_span("politeness wait"):
                 return await wait
         finally:
-            self.metrics.politeness_wait_seconds.observe(time.perf_counter() - started)
+            if self._metrics is not None:
+                self._metrics.politeness_wait_seconds.observe(time.perf_counter() - started)
 
     async def get(self, url: str, fetch: Awaitable[Fetched]) -> Fetched:
         """Await ``fetch`` (the GET of ``url``) under a CLIENT span, timing it."""
+        if not self._timed:
+            return await fetch
         span: Span | None = None
         if self._on:
             span = http_client_span(self._tracing.tracer, "GET", url)
@@ -123,7 +130,8 @@ class TaskTelemetry:
                 end_http_client(span, fetched.status, fetched.length)
             return fetched
         finally:
-            self.metrics.fetch_seconds.observe(time.perf_counter() - started)
+            if self._metrics is not None:
+                self._metrics.fetch_seconds.observe(time.perf_counter() - started)
             if span is not None:
                 span.end()
 
@@ -137,7 +145,8 @@ class TaskTelemetry:
 
     def finished(self, result: Result) -> None:
         """A task's result is stored and the task acked: count the page."""
-        self.metrics.page(result.outcome, result.status, result.length)
+        if self._metrics is not None:
+            self._metrics.page(result.outcome, result.status, result.length)
         if self._on:
             span = get_current_span()
             span.set_attribute(URL, result.url)
