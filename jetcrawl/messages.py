@@ -194,14 +194,32 @@ class Lineage:
         }
 
     @classmethod
-    def from_obj(cls, obj: dict[str, Any]) -> Self:
+    def from_obj(cls, obj: dict[str, Any]) -> Lineage:
+        """The lineage ``obj`` carries; one seen before (tasks and pages of a crawl share a
+        few) is the same object, checked once."""
+        try:
+            key = (obj.get("job"), obj.get("scope"), obj.get("root"), obj.get("max_depth"))
+            known = _LINEAGES.get(key)
+        except TypeError:  # a list or an object where a scalar belongs: unhashable
+            known = None
+        # A cached entry's key had exactly these types (True == 1 would find an int's entry).
+        if known is not None and type(key[3]) is int:
+            return known
         root = _field(obj, "root", str)
-        return cls(
+        lineage = Lineage(
             job=_job(obj) or "",
             scope=_scope(obj) or "",
             root=root,
             max_depth=_depth(obj, "max_depth") or 0,
         )
+        if len(_LINEAGES) >= LINEAGES_KEPT:
+            _LINEAGES.clear()
+        _LINEAGES[key] = lineage
+        return lineage
+
+
+LINEAGES_KEPT = 1024
+_LINEAGES: dict[tuple[Any, ...], Lineage] = {}  # (job, scope, root, max_depth) as decoded
 
 
 def seen_key(job: str, url: str, fp: str) -> str:
@@ -252,6 +270,19 @@ class Task:
     @classmethod
     def from_wire(cls, data: bytes) -> Self:
         obj = _object(data)
+        url, fp, depth = obj.get("url"), obj.get("fp"), obj.get("depth")
+        parent, gen = obj.get("parent"), obj.get("gen")
+        # Every task a worker takes comes this way: the field checks of the general path below
+        # (~5 us), written as exact types (JSON gives no subclasses; bool is no int here).
+        if (
+            type(url) is str
+            and type(fp) is str
+            and type(depth) is int
+            and depth >= 0
+            and (parent is None or type(parent) is str)
+            and (gen is None or type(gen) is int)
+        ):
+            return cls(url, fp, depth, Lineage.from_obj(obj), parent, gen or 0)
         return cls(
             url=_field(obj, "url", str),
             fp=_field(obj, "fp", str),

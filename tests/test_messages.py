@@ -103,6 +103,44 @@ def test_internal_messages_are_strict(change: dict[str, object], reason: str) ->
     assert e.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"url": None}, "missing_field"),
+        ({"url": 1}, "wrong_type"),
+        ({"depth": True}, "wrong_type"),
+        ({"depth": -1}, "wrong_type"),
+        ({"depth": 1.0}, "wrong_type"),
+        ({"parent": 1}, "wrong_type"),
+        ({"gen": False}, "wrong_type"),
+        ({"gen": "1"}, "wrong_type"),
+        ({"max_depth": True}, "wrong_type"),
+        ({"max_depth": 5.0}, "wrong_type"),
+        ({"max_depth": [5]}, "wrong_type"),
+        ({"job": "no spaces"}, "bad_job"),
+        ({"scope": "planet"}, "bad_scope"),
+        ({"root": None}, "missing_field"),
+    ],
+)
+def test_tasks_are_strict_even_with_their_lineage_seen_before(
+    change: dict[str, object], reason: str
+) -> None:
+    task = Task("https://example.com/a", "ab" * 16, 2, LINEAGE, parent="https://example.com/")
+    assert Task.from_wire(task.to_wire()) == task  # its lineage is now known
+    obj = orjson.loads(task.to_wire()) | change
+    with pytest.raises(MessageError) as e:
+        Task.from_wire(orjson.dumps(obj))
+    assert e.value.reason == reason
+
+
+def test_a_lineage_seen_before_is_the_same_object() -> None:
+    first = Task("https://example.com/a", "ab" * 16, 2, LINEAGE)
+    second = Task("https://example.com/b", "cd" * 16, 3, LINEAGE, gen=4)
+    one, two = Task.from_wire(first.to_wire()), Task.from_wire(second.to_wire())
+    assert (one, two) == (first, second)
+    assert one.lineage is two.lineage
+
+
 def test_not_json_at_all() -> None:
     with pytest.raises(MessageError) as e:
         Task.from_wire(b"\x00garbage")
