@@ -39,6 +39,9 @@ MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 TTL = "Nats-TTL"
 PUBLISH_TIMEOUT_S = 10.0
+# Overdue acks are looked for this many times per timeout: a publish fails after 1 to 1.25
+# timeouts without an ack.
+EXPIRY_CHECKS_PER_TIMEOUT = 4
 KV_SUBJECT_PREFIX = "$KV."
 _PLAIN_ACK = frozenset({"stream", "seq", "domain", "duplicate"})  # a PubAck's fields, unbatched
 
@@ -130,7 +133,10 @@ class Outbox:
         self._linger_s = linger_s
         self._prefix = ""
         self._tokens = itertools.count()
-        self._waiting: dict[str, asyncio.Future[PubAck]] = {}
+        # token -> (the publish's future, loop time its ack is due by); one timer looks for
+        # overdue ones while any is waiting (a timer per send cost ~5 us a send)
+        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float]] = {}
+        self._expiry: asyncio.TimerHandle | None = None
         self._subscribed = False
         # With a linger: what waits for the next write, and the task that writes it.
         self._queued: list[tuple[Callable[[], Awaitable[None]], asyncio.Future[None]]] = []
@@ -184,14 +190,13 @@ class Outbox:
                 return [PublishFailed(m.subject, e) for m in messages]
             self._subscribed = True
         loop = asyncio.get_running_loop()
-        tokens: list[str] = []
+        due = loop.time() + self._timeout_s
         futures: list[asyncio.Future[PubAck]] = []
         spans: list[Span | None] = []
         for m in messages:
             token = str(next(self._tokens))
             future: asyncio.Future[PubAck] = loop.create_future()
-            self._waiting[token] = future
-            tokens.append(token)
+            self._waiting[token] = (future, due)
             futures.append(future)
             span, headers = self._traced(m)
             spans.append(span)
@@ -206,18 +211,16 @@ class Outbox:
                 self._queued.append((publish, self._failing(token)))
         if self._linger_s > 0 and self._queued and (self._writer is None or self._writer.done()):
             self._writer = asyncio.create_task(self._write_after_linger())
-        if futures:
-            await asyncio.wait(futures, timeout=self._timeout_s)
+        if self._waiting and self._expiry is None:
+            self._expiry = loop.call_later(
+                self._timeout_s / EXPIRY_CHECKS_PER_TIMEOUT, self._expire_overdue
+            )
         out: list[PubAck | PublishFailed] = []
-        for m, token, future in zip(messages, tokens, futures, strict=True):
-            if not future.done():
-                self._waiting.pop(token, None)
-                future.cancel()
-                out.append(PublishFailed(m.subject, TimeoutError("no ack in time")))
-            elif (exc := future.exception()) is not None:
-                out.append(PublishFailed(m.subject, exc))
-            else:
-                out.append(future.result())
+        for m, future in zip(messages, futures, strict=True):
+            try:
+                out.append(await future)
+            except Exception as e:  # set here: the write, the reply or the expiry failed it
+                out.append(PublishFailed(m.subject, e))
         for span, result in zip(spans, out, strict=True):
             if span is not None:
                 end_producer(span, result.cause if isinstance(result, PublishFailed) else None)
@@ -240,9 +243,9 @@ class Outbox:
         def fail_publish(done: asyncio.Future[None]) -> None:
             if done.cancelled() or done.exception() is None:
                 return
-            future = self._waiting.pop(token, None)
-            if future is not None and not future.done():
-                future.set_exception(done.exception())  # type: ignore[arg-type]
+            waiting = self._waiting.pop(token, None)
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_exception(done.exception())  # type: ignore[arg-type]
 
         written.add_done_callback(fail_publish)
         return written
@@ -266,10 +269,25 @@ class Outbox:
         )
         return span, inject(m.headers, set_span_in_context(span))
 
+    def _expire_overdue(self) -> None:
+        """Fail the publishes whose ack is overdue; look again while any is waiting."""
+        self._expiry = None
+        now = asyncio.get_running_loop().time()
+        overdue = [token for token, (_, due) in self._waiting.items() if due <= now]
+        for token in overdue:
+            future, _ = self._waiting.pop(token)
+            if not future.done():
+                future.set_exception(TimeoutError("no ack in time"))
+        if self._waiting:
+            self._expiry = asyncio.get_running_loop().call_later(
+                self._timeout_s / EXPIRY_CHECKS_PER_TIMEOUT, self._expire_overdue
+            )
+
     async def _on_reply(self, msg: Msg) -> None:
-        future = self._waiting.pop(msg.subject[len(self._prefix) :], None)
-        if future is None or future.done():
+        waiting = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if waiting is None or waiting[0].done():
             return
+        future = waiting[0]
         if msg.headers and msg.headers.get("Status") == "503":
             future.set_exception(NoStreamResponseError())
             return

@@ -99,6 +99,27 @@ async def test_a_closed_connection_fails_sends_and_acks_instead_of_hanging(
             await outbox.ack(msg)
 
 
+@pytest.mark.parametrize("linger_s", [0.0, 0.01])
+async def test_a_publish_nobody_acks_fails_after_the_timeout_and_the_rest_are_kept(
+    nc: NATS, js: JetStreamContext, linger_s: float
+) -> None:
+    await _stream(js)
+
+    async def silent(msg: object) -> None:  # takes the message and never answers
+        return None
+
+    await nc.subscribe("quiet.>", cb=silent)
+    outbox = Outbox(nc, timeout_s=0.4, linger_s=linger_s)
+    started = asyncio.get_running_loop().time()
+    async with asyncio.timeout(5):
+        stored, unanswered = await outbox.send([Outgoing("t.a", b"x"), Outgoing("quiet.a", b"x")])
+    waited = asyncio.get_running_loop().time() - started
+    assert isinstance(stored, PubAck) and stored.seq == 1
+    assert isinstance(unanswered, PublishFailed) and isinstance(unanswered.cause, TimeoutError)
+    assert 0.4 <= waited < 0.4 * 1.25 + 1.0  # one timeout and at most a quarter more
+    assert outbox._expiry is None and not outbox._waiting  # nothing left to look after
+
+
 @pytest.mark.parametrize(
     "reply",
     [
