@@ -59,7 +59,15 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
         "vs_bare_extract",
         "cpu_ms_per_page",
     }
-    assert len(report["ceiling"]["phases"]) == 6
+    ceiling = report["ceiling"]
+    assert len(ceiling["phases"]) == 6
+    # A page's links messages weigh what the crawl stored per page, not one each.
+    assert ceiling["links_per_page"] == stored["CRAWL_FRONTIER"]["median"]
+    weighted = sum(
+        phase["server_us"] * (ceiling["links_per_page"] if phase["name"].startswith("links") else 1)
+        for phase in ceiling["phases"]
+    )
+    assert ceiling["server_us_per_page"] == pytest.approx(weighted)
     markdown = (tmp_path / "bench.md").read_text()
     assert "| jetcrawl-1 |" in markdown and "## Targets" in markdown
     comparisons = report["systems"]["jetcrawl-1"]["comparisons"]
