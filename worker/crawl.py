@@ -352,7 +352,7 @@ class TaskProcessor:
             attempt=attempt,
             redirect_to=fetched.location if fetched else None,
             charset=fetched.charset if fetched else None,
-            headers={k.lower(): v for k, v in fetched.headers.items()} if fetched else {},
+            headers=fetched.headers if fetched else {},  # KEPT_HEADERS: lowercase already
             trace_id=self._telemetry.trace_id(),
             payload_digest=digest,
             body_ref=body_ref,
