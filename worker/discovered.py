@@ -34,7 +34,7 @@ from jetcrawl.messages import Discovered, DiscoveredPages, Lineage
 from jetcrawl.topology import DISCOVERED
 from jetcrawl.urls import fingerprint
 
-__all__ = ["MAX_MESSAGE_BYTES", "DiscoveredOutbox"]
+__all__ = ["MAX_MESSAGE_BYTES", "DiscoveredOutbox", "merged"]
 
 # A gathered message is sent once its links add up to this much, well under nats-server's
 # default max_payload (1 MiB); a page larger than that alone is sent alone.
@@ -158,6 +158,7 @@ def merged(*pages: Discovered) -> DiscoveredPages:
 
 
 def _msg_id(crawl_ids: list[str]) -> str:
+    """The message id of the pages of these tasks (fingerprint: the 128-bit digest URLs get)."""
     if len(crawl_ids) == 1:
         return f"links-{crawl_ids[0]}"
     return "links-" + fingerprint("\n".join(sorted(crawl_ids)))
