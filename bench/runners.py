@@ -37,13 +37,13 @@ from bench.site import Expected
 from bench.siteserver import SiteServer, SiteStats
 
 __all__ = [
-    "STORED_MESSAGES",
     "SYSTEMS",
     "Context",
     "RunResult",
     "jetcrawl_env",
     "run_system",
     "stored_messages",
+    "stored_messages_in",
 ]
 
 SYSTEMS = ("bare-fetch", "bare-extract", "scrapy", "jetcrawl-1", "jetcrawl-2")
@@ -241,16 +241,21 @@ def run_system(
 
 
 # jetcrawl crawl logs, once drained: "messages stored by this crawl: CRAWL_FRONTIER 2193, ..."
-STORED_MESSAGES = re.compile(r"messages stored by this crawl: (.*)$", re.MULTILINE)
+_STORED_MESSAGES = re.compile(r"messages stored by this crawl: (.*)$", re.MULTILINE)
 
 
 def stored_messages(log: Path) -> dict[str, int]:
-    """Messages per stream that a ``jetcrawl crawl`` says it stored ({} from a build that does
-    not say)."""
+    """Messages per stream that a ``jetcrawl crawl`` says in its log it stored ({} from a build
+    that does not say)."""
     try:
-        match = STORED_MESSAGES.search(log.read_text(errors="replace"))
+        return stored_messages_in(log.read_text(errors="replace"))
     except OSError:
         return {}
+
+
+def stored_messages_in(text: str) -> dict[str, int]:
+    """The stream -> count of a crawl's "messages stored" log line in ``text``; {} without one."""
+    match = _STORED_MESSAGES.search(text)
     if match is None:
         return {}
     counts = {}

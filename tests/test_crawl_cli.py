@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from bench.runners import STORED_MESSAGES
+from bench.runners import stored_messages_in
 from jetcrawl.crawl import nats_threads
 from jetcrawl.messages import Result
 from jetcrawl.services import NAME_PREFIX
@@ -128,13 +128,6 @@ async def settle(check: Callable[[], bool], within_s: float) -> None:
 
 
 # ---------------------------------------------------------------- the command
-
-
-def stored_messages(log: str) -> dict[str, int]:
-    match = STORED_MESSAGES.search(log)
-    assert match is not None, f"no stored-messages line in the log:\n{log}"
-    pairs = (part.strip().rpartition(" ") for part in match.group(1).split(","))
-    return {stream: int(count) for stream, _, count in pairs}
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +417,8 @@ async def test_crawl_records_every_reachable_url_once(
     assert f"results written to {tmp_path / 'out.jsonl'}" in finished.stdout
     # What it stored, logged once drained: a task and a result per URL, no dead letter, and
     # the seeds and the links messages (at most one a page that has links to send).
-    stored = stored_messages(finished.stderr)
+    stored = stored_messages_in(finished.stderr)
+    assert stored, f"no stored-messages line in the log:\n{finished.stderr}"
     assert stored["CRAWL_TASKS"] == stored["CRAWL_RESULTS"] == len(results)
     assert stored["CRAWL_DEAD"] == 0
     linking = sum(1 for r in results if r.outlinks or r.redirect_to)
