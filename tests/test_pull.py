@@ -9,6 +9,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import ServiceUnavailableError
 
 from jetcrawl.embedded import NatsCluster
 from jetcrawl.pull import Cut, end_requests, pull
@@ -151,6 +152,19 @@ async def test_in_a_cluster_end_requests_waits_out_the_requests(
             durable="c",
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60),
         )
+
+        async def consumer_answers() -> bool:
+            """Until the R3 consumer has a leader that our node routes to, a pull request has
+            no responder (a 503), not "no messages"."""
+            try:
+                await pull(sub, 1, 0.1)
+            except ServiceUnavailableError:
+                return False
+            except TimeoutError:
+                return True
+            raise AssertionError("the stream is empty: a pull cannot return messages")
+
+        await eventually(consumer_answers)
         cut = Cut()
         waiting = asyncio.create_task(pull(sub, 5, 30.0, cut))
         await asyncio.sleep(0.2)
