@@ -85,5 +85,7 @@ async def test_a_spawned_service_runs_as_a_new_interpreter(tmp_path: Path) -> No
     launch = Launch("worker", ("topology",), {**env, "JETCRAWL_SHARDS": "2"}, tmp_path / "w.log")
     service = await spawn(launch)
     async with asyncio.timeout(60):
-        assert await service.wait() == 0
-    assert "CRAWL_TASKS/shard-1" in orjson.loads(launch.log_path.read_bytes())["consumers"]
+        returncode = await service.wait()
+    log = launch.log_path.read_bytes()  # stdout and stderr: shown whole if this fails
+    assert returncode == 0, log.decode(errors="replace")
+    assert "CRAWL_TASKS/shard-1" in orjson.loads(log)["consumers"], log.decode(errors="replace")
