@@ -84,8 +84,17 @@ async def test_a_spawned_service_runs_as_a_new_interpreter(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")}
     launch = Launch("worker", ("topology",), {**env, "JETCRAWL_SHARDS": "2"}, tmp_path / "w.log")
     service = await spawn(launch)
-    async with asyncio.timeout(60):
-        returncode = await service.wait()
-    log = launch.log_path.read_bytes()  # stdout and stderr: shown whole if this fails
-    assert returncode == 0, log.decode(errors="replace")
-    assert "CRAWL_TASKS/shard-1" in orjson.loads(log)["consumers"], log.decode(errors="replace")
+    try:
+        async with asyncio.timeout(60):
+            returncode = await service.wait()
+    except TimeoutError:
+        service.kill()
+        await service.wait()
+        pytest.fail(f"no exit in 60 s:\n{launch.log_path.read_text(errors='replace')}")
+    log = launch.log_path.read_text(errors="replace")  # stdout and stderr
+    assert returncode == 0, log
+    try:
+        topology = orjson.loads(log)
+    except orjson.JSONDecodeError:
+        pytest.fail(f"the service wrote more than the topology:\n{log}")
+    assert "CRAWL_TASKS/shard-1" in topology["consumers"], log
