@@ -272,23 +272,19 @@ class Report:
         }
 
     def _messages_md(self) -> list[str]:
-        systems = [s for s in self.jetcrawl_systems if self.messages_per_page(s)]
-        if not systems:
-            return []
+        by_system = {s: self.messages_per_page(s) for s in self.jetcrawl_systems}
         return _table(
             "Messages stored per page (CRAWL_FRONTIER: the seeds and the links messages)",
             "stream",
-            {s: self.messages_per_page(s) for s in systems},
+            {s: stats for s, stats in by_system.items() if stats},
         )
 
     def _roles_md(self) -> list[str]:
-        systems = [s for s in self.systems if len(self.role_ms_per_page(s)) > 1]
-        if not systems:
-            return []
+        by_system = {s: self.role_ms_per_page(s) for s in self.systems}
         return _table(
             "CPU ms per page by process (launch to exit, sampled)",
             "process",
-            {s: self.role_ms_per_page(s) for s in systems},
+            {s: stats for s, stats in by_system.items() if len(stats) > 1},
         )
 
     def _conditions_md(self) -> list[str]:
@@ -457,8 +453,11 @@ def _percent(x: float | None) -> str:
 
 
 def _table(title: str, label: str, by_system: dict[str, dict[str, Stat]]) -> list[str]:
-    """A markdown section: a row per key of the systems' stats, a column per system."""
+    """A markdown section: a row per key of the systems' stats, a column per system; none
+    without a system."""
     systems = list(by_system)
+    if not systems:
+        return []
     rows = list(dict.fromkeys(row for stats in by_system.values() for row in stats))
     lines = [
         "",
