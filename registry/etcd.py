@@ -10,6 +10,13 @@ gRPC's reconnect backoff defaults to growing up to 120 s, which would keep a cli
 after etcd comes back; the channel here caps it at ``RECONNECT_BACKOFF_MAX_MS``. (Not
 ``grpc.min_reconnect_backoff_ms``: gRPC also uses it as the connect timeout, and a small one fails
 connections to a slow but live etcd.)
+
+gRPC's fork handlers are turned off (``GRPC_ENABLE_FORK_SUPPORT=false`` unless the environment
+says otherwise) before aetcd imports grpc. With them on, a child forked to exec a service while a
+client here is busy restarts gRPC's poller thread, and closing descriptors before the exec then has
+the child die of SIGSEGV or SIGABRT, or log an epoll error into the service's log (grpc/grpc#43055,
+grpcio >= 1.81). No jetcrawl process uses gRPC across a fork: the crawl command forks its services
+before it first talks to etcd. Whoever imports grpc before this module keeps gRPC's own default.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # before grpc is imported: see above
 
 import aetcd
 
