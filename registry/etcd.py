@@ -13,10 +13,11 @@ connections to a slow but live etcd.)
 
 gRPC's fork handlers are turned off (``GRPC_ENABLE_FORK_SUPPORT=false`` unless the environment
 says otherwise) before aetcd imports grpc. With them on, a child forked to exec a service while a
-client here is busy restarts gRPC's poller thread, and closing descriptors before the exec then has
-the child die of SIGSEGV or SIGABRT, or log an epoll error into the service's log (grpc/grpc#43055,
-grpcio >= 1.81). No jetcrawl process uses gRPC across a fork: the crawl command forks its services
-before it first talks to etcd. Whoever imports grpc before this module keeps gRPC's own default.
+client here is busy restarts gRPC's poller thread, and when subprocess closes the inherited
+descriptors before the exec, the child dies of SIGSEGV or SIGABRT, or logs an epoll error into the
+service's log (grpc/grpc#43055, grpcio >= 1.81). No jetcrawl process uses gRPC across a fork: the
+crawl command forks its services before it first talks to etcd. Whoever imports grpc before this
+module keeps gRPC's own default.
 """
 
 from __future__ import annotations

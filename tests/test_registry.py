@@ -462,10 +462,11 @@ async def test_the_watch_resumes_after_etcd_restarts(
 
 
 async def test_children_forked_while_a_client_is_busy_reach_their_exec(etcd: Etcd) -> None:
-    """Services and servers are started through fork, a pre-exec hook, then exec. With gRPC's fork
-    handlers on, the child restarts gRPC's poller and the hook's descriptor closing kills it
-    (SIGSEGV, SIGABRT) or has it print an epoll error (grpc/grpc#43055): ``registry.etcd`` turns
-    them off before grpc is imported."""
+    """Services and servers are started through fork (a pre-exec hook rules out vfork), the hook,
+    closing inherited descriptors, then exec. With gRPC's fork handlers on, the child restarts
+    gRPC's poller thread, and with its descriptor closed under it the child dies (SIGSEGV,
+    SIGABRT) or prints an epoll error (grpc/grpc#43055). ``registry.etcd`` turns them off before
+    grpc is imported."""
     hook = parent_death_hook()
     if hook is None:
         pytest.skip("the pre-exec hook (and so a plain fork) is Linux-only")
