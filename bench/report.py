@@ -130,6 +130,18 @@ class Report:
             "cpu_ms_per_page": (cpu, cpu <= TARGET_CPU_MS),
         }
 
+    def cpu_floor(self) -> dict[str, float] | None:
+        """The CPU per page under which no jetcrawl run on this machine can go, as measured here:
+        the bare fetch+extract loop's (a worker fetches and extracts every page the same way)
+        plus the JetStream message mix's, nats-server's and the Python client's (the ceiling).
+        None unless both were measured."""
+        ceiling = self.weighted_ceiling
+        if BARE_EXTRACT not in self.systems or ceiling is None:
+            return None
+        bare = self.stat(BARE_EXTRACT, "cpu_ms_per_page").median
+        messages = (ceiling.server_us_per_page + ceiling.client_us_per_page) / 1000
+        return {"bare_extract_ms": bare, "messages_ms": messages, "ms_per_page": bare + messages}
+
     @property
     def jetcrawl_systems(self) -> list[str]:
         return [s for s in self.systems if s.startswith("jetcrawl")]
@@ -164,6 +176,7 @@ class Report:
             },
             "runs": [r.to_dict() for r in self.runs],
             "ceiling": ceiling.to_dict() if (ceiling := self.weighted_ceiling) else None,
+            "cpu_floor": self.cpu_floor(),
             "profiles": {k: v.to_dict() for k, v in (self.profiles or {}).items()},
         }
 
@@ -260,7 +273,34 @@ class Report:
                 )
                 + "."
             )
-        return ["", "Machines differ. " + " ".join(sentences)] if sentences else []
+        lines = ["", "Machines differ. " + " ".join(sentences)] if sentences else []
+        return lines + self._floor_md(systems)
+
+    def _floor_md(self, systems: list[str]) -> list[str]:
+        """What this machine allows: the CPU floor against the target and each system; a line."""
+        floor = self.cpu_floor()
+        if floor is None:
+            return []
+        ms = floor["ms_per_page"]
+        verdict = (
+            f"That is over the {TARGET_CPU_MS:g} ms target, so the target cannot be met on this "
+            "machine"
+            if ms > TARGET_CPU_MS
+            else f"That is {TARGET_CPU_MS - ms:.2f} ms under the {TARGET_CPU_MS:g} ms target: what "
+            "the target leaves for all the rest"
+        )
+        above = ", ".join(
+            f"{system} {self.stat(system, 'cpu_ms_per_page').median - ms:+.2f} ms"
+            for system in systems
+        )
+        return [
+            "",
+            f"The floor here: the bare fetch+extract loop's {_num(floor['bare_extract_ms'])} "
+            f"CPU ms per page plus the message mix's {_num(floor['messages_ms'])} (nats-server "
+            f"and client, the JetStream ceiling below) make **{_num(ms)} ms**, before any of the "
+            "crawler's own work (dispatch, dedupe, robots, politeness, results, its other "
+            f"processes). {verdict}. CPU per page above the floor: {above}.",
+        ]
 
     def messages_per_page(self, system: str) -> dict[str, Stat]:
         """Messages each stream stored per page, over the runs that report them."""

@@ -17,9 +17,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from bench.ceiling import Ceiling, Phase
 from bench.cli import COMPILED_PACKAGES, byte_compile, main
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
-from bench.runners import Output, check, classify
+from bench.report import Report
+from bench.runners import Output, RunResult, check, classify
 from bench.site import Site, SiteSpec
 from bench.siteserver import SiteServer, SiteStats
 
@@ -29,6 +31,21 @@ pytestmark = pytest.mark.skipif(
 
 TINY = SiteSpec(hosts=2, pages=50)
 AUTHORITIES = ["127.0.0.10:1000", "127.0.0.11:1001"]
+# What a report's heading reads of its run (bench.cli._meta's keys), for reports built by hand.
+META = {
+    "date": "2026-12-02 08:00 UTC",
+    "machine": "2 cores, a test",
+    "python": "3.11",
+    "jetcrawl_commit": "test",
+    "versions": "",
+    "site": TINY.to_dict(),
+    "pages": 1000,
+    "html_pages": 900,
+    "disallowed": 30,
+    "site_processes": 2,
+    "reps": 1,
+    "jetcrawl_env": {},
+}
 
 
 def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
@@ -83,6 +100,11 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     expected = metrics["cpu_ms_per_page"]["median"] * bare / 3400
     assert comparisons["cpu_ms_scaled_by_bare"] == pytest.approx(expected)
     assert "Scaled by the bare fetch+extract loop's speed instead" in markdown
+    # The machine's floor: the bare loop's CPU per page and the message mix's, the ceiling's.
+    mix = (ceiling["server_us_per_page"] + ceiling["client_us_per_page"]) / 1000
+    bare_cpu = report["systems"]["bare-extract"]["metrics"]["cpu_ms_per_page"]["median"]
+    assert report["cpu_floor"]["ms_per_page"] == pytest.approx(bare_cpu + mix)
+    assert "The floor here: the bare fetch+extract loop's" in markdown
 
 
 def test_a_process_first_seen_without_its_command_line_is_named_at_a_later_sample() -> None:
@@ -215,3 +237,70 @@ def test_the_site_server_answers_http_1_1_and_counts_what_was_asked(tmp_path: Pa
     assert stats.requests == 4  # /, the redirect, the page, /nowhere
     root = f"http://{authority}"
     assert stats.counts[f"{root}/"] == 1 and stats.counts[f"{root}{page}?utm_source=x"] == 1
+
+
+def _run(system: str, cpu_ms_per_page: float, pages: int = 1000) -> RunResult:
+    return RunResult(
+        system=system,
+        rep=0,
+        pages=pages,
+        wall_s=2.0,
+        span_s=1.0,
+        cpu_s=cpu_ms_per_page * pages / 1000,
+        span_cpu_s=cpu_ms_per_page * pages / 1000,
+        cpu_by_role_s={},
+        span_cpu_by_role_s={},
+        peak_rss_mb=50.0,
+        peak_rss_by_role_mb={},
+        site_cpu_s=0.1,
+        background_cores=0.0,
+        returncode=0,
+        problems=[],
+        notes=[],
+    )
+
+
+def _ceiling(server_us: float, client_us: float) -> Ceiling:
+    # One phase per page of 1,000 messages: its µs per message are the page's.
+    return Ceiling(
+        [Phase("task publish", 1000, 198, 0.1, server_us / 1000, client_us / 1000)],
+        links_per_page=0.02,
+    )
+
+
+@pytest.mark.parametrize(
+    ("bare_ms", "floor_ms", "verdict"),
+    [
+        (0.6, 0.82, "That is over the 0.8 ms target, so the target cannot be met on this machine."),
+        (0.3, 0.52, "That is 0.28 ms under the 0.8 ms target: what the target leaves"),
+    ],
+)
+def test_the_report_gives_the_machines_cpu_floor(
+    bare_ms: float, floor_ms: float, verdict: str
+) -> None:
+    # The floor: the bare fetch+extract loop's CPU per page and the message mix's (nats-server
+    # 100 µs and client 120 µs a page) together; each jetcrawl system is shown against it.
+    runs = [_run("bare-extract", bare_ms), _run("jetcrawl-1", 1.1), _run("jetcrawl-2", 0.5)]
+    report = Report(meta=META, runs=runs, ceiling=_ceiling(100.0, 120.0))
+
+    floor = report.to_dict()["cpu_floor"]
+    assert floor["bare_extract_ms"] == pytest.approx(bare_ms)
+    assert floor["messages_ms"] == pytest.approx(0.22)
+    assert floor["ms_per_page"] == pytest.approx(floor_ms)
+    markdown = report.markdown()
+    assert f"make **{floor_ms:.2f} ms**" in markdown
+    assert verdict in markdown
+    above = f"jetcrawl-1 {1.1 - floor_ms:+.2f} ms, jetcrawl-2 {0.5 - floor_ms:+.2f} ms"
+    assert f"CPU per page above the floor: {above}." in markdown
+
+
+def test_the_report_has_no_floor_without_the_bare_loop_or_the_ceiling() -> None:
+    with_bare = [_run("bare-extract", 0.6), _run("jetcrawl-1", 1.1)]
+    without_bare = [_run("jetcrawl-1", 1.1)]
+    for report in (
+        Report(meta=META, runs=with_bare),
+        Report(meta=META, runs=without_bare, ceiling=_ceiling(100.0, 120.0)),
+    ):
+        assert report.cpu_floor() is None
+        assert report.to_dict()["cpu_floor"] is None
+        assert "The floor here" not in report.markdown()
