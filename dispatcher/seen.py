@@ -18,12 +18,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from nats.errors import Error as NatsError
-from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
-from nats.js.kv import KeyValue
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
 
 from jetcrawl.bus import EXPECTED_LAST_SUBJECT_SEQ, TTL, Outbox, Outgoing, PublishFailed
 from jetcrawl.errors import JetcrawlError
-from jetcrawl.topology import SEEN_SUBJECT_PREFIX
+from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
 
 WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 UNKNOWN_ORIGIN = 0
@@ -53,9 +53,11 @@ UNKNOWN = Mark(UNKNOWN_ORIGIN, 0)
 
 
 class SeenSet:
-    def __init__(self, outbox: Outbox, kv: KeyValue, cache_size: int, ttl_s: float = 0.0) -> None:
+    def __init__(
+        self, outbox: Outbox, js: JetStreamContext, cache_size: int, ttl_s: float = 0.0
+    ) -> None:
         self._outbox = outbox
-        self._kv = kv
+        self._js = js
         self._ttl_s = ttl_s
         self._ttl_header = {TTL: str(max(1, round(ttl_s)))} if ttl_s > 0 else {}
         # fp -> (mark, monotonic time it stops being trusted: the mark's expiry, if any)
@@ -106,15 +108,22 @@ class SeenSet:
         return created
 
     async def read(self, fp: str) -> Mark:
-        """The stored mark of a seen ``fp`` (``UNKNOWN`` if gone or unreadable)."""
+        """The stored mark of ``fp``, whose create the bucket has just rejected as existing
+        (``UNKNOWN`` if its value is not an origin sequence).
+
+        Asked of the stream's leader, not with a direct get: any replica answers a direct get,
+        and one still catching up (after an outage) answers "not found" for a mark that exists.
+        A mark missing after its create was rejected (a stale answer, or its TTL ran out since)
+        decides nothing, so it raises ``SeenSetUnavailable`` and the batch is tried again.
+        """
         try:
-            entry = await self._kv.get(fp)
-        except (KeyNotFoundError, KeyDeletedError):
-            return UNKNOWN
+            msg = await self._js.get_msg(SEEN_STREAM, subject=f"{SEEN_SUBJECT_PREFIX}{fp}")
+        except NotFoundError:
+            raise SeenSetUnavailable(f"crawl_seen has no mark {fp} after rejecting it") from None
         except (TimeoutError, NatsError) as e:  # also no responders, no stream leader
             raise SeenSetUnavailable(f"crawl_seen get {fp} failed: {e!r}") from e
         try:
-            mark = Mark(int(entry.value or b"0"), entry.revision or 0)
+            mark = Mark(int(msg.data or b"0"), msg.seq or 0)
         except ValueError:
             return UNKNOWN
         self._remember(fp, mark)

@@ -9,6 +9,13 @@ publishes failed is nak'ed and comes back.
 Crash recovery: a seen mark records the sequence of the frontier message that admitted it. When a
 message is redelivered, the tasks of marks that carry its sequence are published again; copies that
 did get through the first time are dropped by JetStream's duplicate window.
+
+A redelivery is known by its delivery count, and also by this dispatcher's own memory of the
+messages it began and did not finish: a clustered consumer replicates its delivery counts after it
+delivers, so a new consumer leader (after a quorum loss) can deliver again with a count of 1 what
+the old leader had delivered. Taken for a first delivery, such a message's links would have been
+dropped as duplicates of the marks it had made itself, and their tasks never published. (Delivered
+so to another dispatcher, whose cache does not know those marks, the same can still happen.)
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +38,7 @@ from nats.js import JetStreamContext
 from dispatcher.intake import Intake, Reading
 from dispatcher.poison import PoisonCollector
 from dispatcher.quota import AdmissionQuota, host_key
-from dispatcher.seen import UNKNOWN, SeenSet, SeenSetUnavailable
+from dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable
 from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.messages import DeadLetter, Task
@@ -51,6 +59,9 @@ log = logging.getLogger(__name__)
 
 FETCH_WAIT_S = 0.5
 RETRY_DELAY_S = 1.0
+# Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
+# each, and only failed or in-flight messages stay.
+MAX_UNFINISHED = 65_536
 FAULT_AFTER_SEEN = "dispatcher.after_seen"
 
 
@@ -93,6 +104,8 @@ class Dispatcher:
         # progress, for status and for tests that wait on a state
         self.stats = DispatchStats()
         self.frontier_backlog = 0  # the dispatch consumer's num_pending at the last delivery
+        # frontier sequences begun and not acked: a delivery of one again is a redelivery
+        self._unfinished: OrderedDict[int, None] = OrderedDict()
         self._progress = asyncio.Condition()
 
     async def __aenter__(self) -> Dispatcher:
@@ -105,10 +118,10 @@ class Dispatcher:
     async def start(self) -> None:
         self._nc = await connect(self._settings, "jetcrawl-dispatcher")
         self._js = self._nc.jetstream()
-        kv = await ensure(self._js, self._settings)
+        await ensure(self._js, self._settings)
         self._outbox = Outbox(self._nc, propagate=self._tracing.enabled)
         self._seen = SeenSet(
-            self._outbox, kv, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
+            self._outbox, self._js, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
         )
         jobs = await self._js.key_value(JOBS_BUCKET)
         self._quota = AdmissionQuota(jobs, self._settings.max_pages)
@@ -177,15 +190,21 @@ class Dispatcher:
         trace = BatchTrace(self._tracing, msgs, self._settings.trace_continue_depth)
         if msgs:
             self.frontier_backlog = msgs[-1].metadata.num_pending or 0
+        seqs = [m.metadata.sequence.stream for m in msgs]
+        redelivered = [
+            m.metadata.num_delivered > 1 or seq in self._unfinished
+            for m, seq in zip(msgs, seqs, strict=True)
+        ]
+        self._begin(seqs)
         # A first delivery's links that the seen cache knows are duplicates, settled in the
         # intake; a redelivery looks at every link (its marks may lack their tasks).
         known = self._seen.cached
         readings = [
-            self._intake.read(m.subject, m.data, known if m.metadata.num_delivered == 1 else None)
-            for m in msgs
+            self._intake.read(m.subject, m.data, None if again else known)
+            for m, again in zip(msgs, redelivered, strict=True)
         ]
         try:
-            tasks = await self._admit(msgs, readings)
+            tasks = await self._admit(seqs, redelivered, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
             trace.finish(set(range(len(msgs))), why="seen set unavailable")
@@ -241,6 +260,7 @@ class Dispatcher:
                 self.stats.retried += 1
             else:
                 finishes.append(msg.term() if reading.unreadable else msg.ack())
+                self._unfinished.pop(seqs[i], None)
                 self.stats.messages += 1
                 self.stats.rejected += len(reading.rejections)
                 self.stats.out_of_scope += reading.out_of_scope
@@ -250,15 +270,24 @@ class Dispatcher:
         await asyncio.gather(*finishes)
         await self._notify()
 
-    async def _admit(self, msgs: list[Msg], readings: list[Reading]) -> list[tuple[int, Task]]:
+    def _begin(self, seqs: list[int]) -> None:
+        unfinished = self._unfinished
+        for seq in seqs:
+            unfinished[seq] = None
+            unfinished.move_to_end(seq)
+        while len(unfinished) > MAX_UNFINISHED:
+            unfinished.popitem(last=False)
+
+    async def _admit(
+        self, seqs: list[int], redelivered: list[bool], readings: list[Reading]
+    ) -> list[tuple[int, Task]]:
         """The tasks to publish, each with the index of the message that owns it."""
         assert self._seen is not None and self._quota is not None
         assert self._host_quota is not None
         seen = self._seen
-        seqs = [m.metadata.sequence.stream for m in msgs]
-        redelivered = [m.metadata.num_delivered > 1 for m in msgs]
         pairs: list[tuple[int, Task, str]] = []  # (message index, task, seen key)
         to_create: dict[str, int] = {}
+        marks: dict[str, Mark] = {}  # what this batch learnt of existing marks, by key
         by_job: dict[str, list[str]] = {}
         by_host: dict[str, list[str]] = {}
         cached = seen.cached
@@ -266,7 +295,12 @@ class Dispatcher:
             for task in reading.tasks:
                 key = task.seen_key
                 pairs.append((i, task, key))
-                if key not in to_create and cached(key) is None:
+                if key in to_create or key in marks:
+                    continue
+                mark = cached(key)
+                if mark is not None:
+                    marks[key] = mark
+                else:
                     to_create[key] = seqs[i]
                     by_job.setdefault(task.lineage.job, []).append(key)
                     host = host_key(task.lineage.job, host_of(task.url))
@@ -281,9 +315,12 @@ class Dispatcher:
                     self.stats.over_limit += 1
         granted_by_host = await self._reserve_hosts(by_host, to_create)
         created = await seen.create(list(to_create.items()))
-        created_by = {
-            fp: mark for fp, mark in zip(to_create, created, strict=True) if mark is not None
-        }
+        created_by: dict[str, Mark] = {}
+        for fp, new in zip(to_create, created, strict=True):
+            if new is None:
+                marks[fp] = UNKNOWN  # the bucket has it: its origin is not known here
+            else:
+                created_by[fp] = new
         if self._quota.limited:
             for job, fps in by_job.items():
                 used = sum(1 for fp in fps[: granted_by_job[job]] if fp in created_by)
@@ -298,14 +335,15 @@ class Dispatcher:
                 )
             )
 
-        # On redelivery, a mark that carries this message's sequence may lack its task.
+        # On redelivery, a mark that carries this message's sequence may lack its task: read the
+        # existing marks whose origin is not known here. (A key left out by a quota has none.)
         unknown = {
             key
             for i, _, key in pairs
-            if redelivered[i] and key not in created_by and (cached(key) or UNKNOWN).revision == 0
+            if redelivered[i] and key in marks and marks[key].revision == 0
         }
         for fp in unknown:
-            await seen.read(fp)
+            marks[fp] = await seen.read(fp)
 
         out: list[tuple[int, Task]] = []
         published: set[str] = set()
@@ -321,10 +359,7 @@ class Dispatcher:
                 published.add(key)
                 self.stats.admitted += 1
             elif (
-                redelivered[i]
-                and mark is None
-                and (known := cached(key)) is not None
-                and known.origin == seqs[i]
+                redelivered[i] and (known := marks.get(key)) is not None and known.origin == seqs[i]
             ):
                 out.append((i, self._generation(task, known.revision)))
                 published.add(key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,9 +18,20 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from dispatcher import Dispatcher
+from dispatcher.seen import SeenSet, SeenSetUnavailable
+from jetcrawl.bus import Outbox
 from jetcrawl.messages import Discovered, Lineage, Task
 from jetcrawl.settings import Settings
-from jetcrawl.topology import DEAD_STREAM, DISCOVERED, SEEDS, TASKS_STREAM, ensure
+from jetcrawl.topology import (
+    DEAD_STREAM,
+    DISCOVERED,
+    DISPATCH_CONSUMER,
+    FRONTIER_STREAM,
+    SEEDS,
+    TASKS_STREAM,
+    Topology,
+    ensure,
+)
 from jetcrawl.urls import fingerprint, host_of, shard_of
 from tests.streams import eventually, seen_keys, stored
 
@@ -340,6 +352,54 @@ async def test_crash_between_seen_mark_and_task_loses_nothing(
         restarted.send_signal(signal.SIGTERM)
         assert await _wait_exit(restarted) == 0
     assert sorted(await tasks_by_url(js)) == sorted(urls)
+
+
+async def test_a_redelivery_that_counts_as_a_first_still_publishes_its_marks_tasks(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    """A clustered consumer replicates its delivery counts after it delivers, so its next leader
+    (after a quorum loss) can deliver again with a count of 1 what the last one had delivered.
+    Here the consumer is made anew, which forgets its counts the same way. The dispatcher knows
+    the message by its sequence: it made the marks and failed to publish their tasks."""
+    settings = settings_for(nats_server.url)  # type: ignore[attr-defined]
+    urls = [f"https://h{i}.example/p" for i in range(5)]
+    [dispatch] = [
+        consumer
+        for stream, consumer in Topology.from_settings(settings).consumers
+        if stream == FRONTIER_STREAM and consumer.durable_name == DISPATCH_CONSUMER
+    ]
+    async with running(settings) as dispatcher:
+        tasks_config = (await js.stream_info(TASKS_STREAM)).config
+        # No task fits in the tasks stream: every publish of the batch fails.
+        await js.update_stream(dataclasses.replace(tasks_config, max_msg_size=16))
+        await js.publish(SEEDS, "\n".join(urls).encode())
+        async with asyncio.timeout(20):
+            await dispatcher.wait_until(lambda s: s.retried >= 1)
+        assert await seen_keys(js) == {fingerprint(u) for u in urls}, "marks made"
+        assert await stored(js, TASKS_STREAM) == []
+
+        await js.delete_consumer(FRONTIER_STREAM, DISPATCH_CONSUMER)
+        await js.update_stream(tasks_config)
+        await js.add_consumer(FRONTIER_STREAM, dispatch)
+        await finished(dispatcher, 1)
+        assert dispatcher.stats.republished == len(urls)
+    assert sorted(await tasks_by_url(js)) == sorted(urls)
+
+
+async def test_a_mark_is_read_as_stored_and_one_missing_after_its_rejection_decides_nothing(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    """``SeenSet.read`` is asked only for a mark whose create was rejected as existing. Missing
+    then (a replica's stale answer, a TTL run out), it is no proof of a duplicate: the dispatcher
+    must try the batch again, not drop the URL."""
+    await ensure(js, settings_for(nats_server.url))  # type: ignore[attr-defined]
+    seen = SeenSet(Outbox(nc), js, cache_size=10)
+    [new] = await seen.create([("fp1", 42)])
+    assert new is not None and new.origin == 42
+    assert await SeenSet(Outbox(nc), js, cache_size=10).read("fp1") == new  # from the bucket
+    assert await seen.create([("fp1", 43)]) == [None]  # rejected: it exists
+    with pytest.raises(SeenSetUnavailable, match="no mark fp2"):
+        await seen.read("fp2")
 
 
 async def test_kill_9_mid_batch_then_restart_every_admitted_url_has_one_task(
