@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nats.aio.client import Client as NATS
@@ -58,7 +58,8 @@ from otel import NO_TRACING, Tracing
 log = logging.getLogger(__name__)
 
 FETCH_WAIT_S = 0.5
-RETRY_DELAY_S = 1.0
+RETRY_DELAY_S = 1.0  # a frontier message handed back comes again after this, doubled each time
+MAX_RETRY_DELAY_S = 30.0
 # Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
@@ -208,8 +209,7 @@ class Dispatcher:
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
             trace.finish(set(range(len(msgs))), why="seen set unavailable")
-            await asyncio.gather(*(m.nak(delay=RETRY_DELAY_S) for m in msgs))
-            self.stats.retried += len(msgs)
+            await asyncio.gather(*(self._retry(m) for m in msgs))
             await self._notify()
             return
         if self._settings.fault == FAULT_AFTER_SEEN:
@@ -256,8 +256,7 @@ class Dispatcher:
         finishes = []
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
             if i in failed:
-                finishes.append(msg.nak(delay=RETRY_DELAY_S))
-                self.stats.retried += 1
+                finishes.append(self._retry(msg))
             else:
                 finishes.append(msg.term() if reading.unreadable else msg.ack())
                 self._unfinished.pop(seqs[i], None)
@@ -269,6 +268,19 @@ class Dispatcher:
         trace.finish(failed, tasks, [len(r.rejections) for r in readings], "publish failed")
         await asyncio.gather(*finishes)
         await self._notify()
+
+    def _retry(self, msg: Msg) -> Awaitable[None]:
+        """Hand ``msg`` back, to come again after ``retry_delay_s`` of its deliveries."""
+        delivered = msg.metadata.num_delivered or 1
+        if delivered >= self._settings.frontier_max_deliver:
+            log.error(
+                "frontier message %d failed its last delivery (%d): JetStream will not deliver "
+                "it again, and its links are not admitted",
+                msg.metadata.sequence.stream,
+                delivered,
+            )
+        self.stats.retried += 1
+        return msg.nak(delay=retry_delay_s(delivered))
 
     def _begin(self, seqs: list[int]) -> None:
         unfinished = self._unfinished
@@ -401,3 +413,11 @@ class Dispatcher:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def retry_delay_s(delivered: int) -> float:
+    """How long a frontier message handed back after its ``delivered``-th delivery waits: 1 s,
+    doubled at each delivery, at most 30 s. Its deliveries are few (``frontier_max_deliver``, 20),
+    so a flat 1 s spent them all in well under a minute of a stream without a leader; this way
+    they last about seven minutes."""
+    return min(RETRY_DELAY_S * 2 ** min(max(delivered - 1, 0), 16), MAX_RETRY_DELAY_S)

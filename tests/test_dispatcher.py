@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 
 from dispatcher import Dispatcher
 from dispatcher.seen import SeenSet, SeenSetUnavailable
+from dispatcher.service import retry_delay_s
 from jetcrawl.bus import Outbox
 from jetcrawl.messages import Discovered, Lineage, Task
 from jetcrawl.settings import Settings
@@ -400,6 +401,13 @@ async def test_a_mark_is_read_as_stored_and_one_missing_after_its_rejection_deci
     assert await seen.create([("fp1", 43)]) == [None]  # rejected: it exists
     with pytest.raises(SeenSetUnavailable, match="no mark fp2"):
         await seen.read("fp2")
+
+
+def test_a_frontier_message_handed_back_waits_longer_each_time() -> None:
+    assert [retry_delay_s(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert retry_delay_s(0) == 1 and retry_delay_s(10**6) == 30
+    # The deliveries a frontier message has outlast minutes of a stream without a leader.
+    assert sum(retry_delay_s(n) for n in range(1, Settings().frontier_max_deliver)) > 5 * 60
 
 
 async def test_kill_9_mid_batch_then_restart_every_admitted_url_has_one_task(
