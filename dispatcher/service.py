@@ -272,7 +272,7 @@ class Dispatcher:
     def _retry(self, msg: Msg) -> Awaitable[None]:
         """Hand ``msg`` back, to come again after ``retry_delay_s`` of its deliveries."""
         delivered = msg.metadata.num_delivered or 1
-        if delivered >= self._settings.frontier_max_deliver:
+        if 0 < self._settings.frontier_max_deliver <= delivered:  # -1: JetStream's no limit
             log.error(
                 "frontier message %d failed its last delivery (%d): JetStream will not deliver "
                 "it again, and its links are not admitted",
