@@ -224,7 +224,7 @@ class Dispatcher:
             owners.append(i)
         received_at = time.time()
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
-            seq = msg.metadata.sequence.stream
+            seq = seqs[i]
             for j, rej in enumerate(reading.rejections):
                 letter = DeadLetter.of(
                     stage=rej.stage,
