@@ -3,7 +3,8 @@
 JetcrawlError
 ├── SettingsError          a setting is unknown or has a bad value
 ├── TopologyError          the JetStream topology on the server disagrees with ours
-│   └── ShardCountMismatch the server was set up with another shard count
+│   ├── ShardCountMismatch the server was set up with another shard count
+│   └── TopologyUnavailable JetStream cannot apply it yet (no leader, too few peers): retry
 ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
 └── UrlError               a URL is rejected by the URL rules (carries the reason)
 """
@@ -35,6 +36,12 @@ class ShardCountMismatch(TopologyError):
         )
         self.existing = existing
         self.wanted = wanted
+
+
+class TopologyUnavailable(TopologyError):
+    """JetStream refused a change for now: no leader, or too few peers online to place the
+    replicas (a cluster still forming, a node restarting). Retrying can succeed; nothing was
+    created or changed by the refused request."""
 
 
 class MessageError(JetcrawlError):

@@ -29,7 +29,7 @@ from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 from jetcrawl import PROTOCOL_VERSION
-from jetcrawl.errors import ShardCountMismatch, TopologyError
+from jetcrawl.errors import ShardCountMismatch, TopologyError, TopologyUnavailable
 from jetcrawl.settings import Settings
 
 # --- subjects
@@ -64,6 +64,8 @@ SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
 
 _API_STREAM_NAME_IN_USE = 10058
+_API_NO_SUITABLE_PEERS = 10005  # "no suitable peers for placement" (offline, full, untagged)
+_UNAVAILABLE = 503  # JetStream has no leader to take the request
 
 DUPLICATE_WINDOW = "duplicate_window"
 
@@ -249,7 +251,8 @@ def _kv_stream(
 
 
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`.
+    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`
+    (:class:`TopologyUnavailable` when JetStream cannot place a stream or consumer yet).
 
     It reads first (a few list requests) and writes only what is missing or differs from the
     declaration, so a service starting against a topology in place changes nothing; creating
@@ -288,8 +291,10 @@ async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
         try:
             await js.add_consumer(stream_name, consumer)
         except APIError as e:
-            raise TopologyError(
-                f"cannot create or update consumer {consumer.durable_name} on {stream_name}: {e}"
+            raise _refusal(
+                f"cannot create or update consumer {consumer.durable_name} on {stream_name}",
+                e,
+                consumer.num_replicas or settings.replicas,
             ) from e
     return await js.key_value(SEEN_BUCKET)
 
@@ -371,7 +376,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         return
     except APIError as e:
         if e.err_code != _API_STREAM_NAME_IN_USE:
-            raise TopologyError(f"cannot create stream {config.name}: {e}") from e
+            raise _refusal(f"cannot create stream {config.name}", e, config.num_replicas) from e
     await _update_stream(js, config)
 
 
@@ -379,9 +384,22 @@ async def _update_stream(js: JetStreamContext, config: StreamConfig) -> None:
     try:
         await js.update_stream(config)
     except APIError as e:
-        raise TopologyError(
-            f"stream {config.name} exists with a config we cannot update: {e}"
+        raise _refusal(
+            f"stream {config.name} exists with a config we cannot update", e, config.num_replicas
         ) from e
+
+
+def _refusal(what: str, e: APIError, replicas: int | None) -> TopologyError:
+    """The error for a refused create or update: :class:`TopologyUnavailable` when it can clear
+    by itself (no leader yet; too few peers online, with room or the tags, for the replicas),
+    which a young cluster answers for a while even after it placed other replicated streams."""
+    if e.code == _UNAVAILABLE or e.err_code == _API_NO_SUITABLE_PEERS:
+        return TopologyUnavailable(
+            f"{what}: {e}; JetStream cannot place {replicas or 1} replica(s) now: it has no "
+            "leader yet, or fewer peers online with room than that (a cluster still forming, "
+            "a node down or full, or replicas above the cluster's size); retry when they are"
+        )
+    return TopologyError(f"{what}: {e}")
 
 
 def as_cli_json(settings: Settings) -> dict[str, Any]:

@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nats
 import orjson
+import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from jetcrawl.embedded import NatsServer
+from jetcrawl.embedded import NatsCluster, NatsServer
+from jetcrawl.errors import TopologyError, TopologyUnavailable
 from jetcrawl.settings import Settings
 from jetcrawl.topology import Topology, ensure
 
@@ -143,3 +146,31 @@ async def test_ensure_puts_back_what_was_changed_by_hand(
     )
     restored = (await js.consumer_info("CRAWL_TASKS", "shard-2")).config
     assert restored.max_ack_pending == declared.max_ack_pending != 7
+
+
+async def test_a_placement_the_cluster_cannot_make_yet_is_unavailable(
+    nats_cluster: NatsCluster,
+) -> None:
+    # Five replicas on three nodes: JetStream's "no suitable peers for placement", the answer a
+    # young cluster also gives while it still counts a peer offline. Nodes joining clear it, so
+    # it is the error a caller may retry, and the refused request created nothing.
+    nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
+    try:
+        js = nc.jetstream()
+        with pytest.raises(TopologyUnavailable, match=r"CRAWL_FRONTIER.*5 replica"):
+            await ensure(js, Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5))
+        assert await js.streams_info() == []
+
+        await ensure(js, Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=3))
+        assert (await js.stream_info("CRAWL_FRONTIER")).config.num_replicas == 3
+    finally:
+        await nc.close()
+
+
+async def test_a_refusal_that_waiting_cannot_clear_is_not_unavailable(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # A single server takes no replicas at all: retrying would never succeed.
+    with pytest.raises(TopologyError, match="CRAWL_FRONTIER") as refused:
+        await ensure(js, Settings(nats_url=nats_server.url, shards=2, replicas=3))
+    assert not isinstance(refused.value, TopologyUnavailable)
