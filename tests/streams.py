@@ -9,7 +9,8 @@ from typing import TypeVar
 
 import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.api import StreamConfig, StreamInfo
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 
 from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
 
@@ -80,3 +81,12 @@ async def read_until(
 
     await eventually(check, within_s)
     return last[0]
+
+
+async def add_replicated(js: JetStreamContext, config: StreamConfig) -> StreamInfo:
+    """Add a replicated stream, again while a young cluster refuses to place it: its meta
+    leader can count a peer offline ("no suitable peers for placement") for a moment even
+    after the cluster fixture placed its probe stream. A refused create creates nothing."""
+    return await read_until(
+        lambda: js.add_stream(config), unavailable=(BadRequestError, ServiceUnavailableError)
+    )

@@ -14,7 +14,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import StorageType, StreamInfo
+from nats.js.api import StorageType, StreamConfig, StreamInfo
 from nats.js.errors import NoStreamResponseError
 
 from jetcrawl.embedded import (
@@ -27,7 +27,7 @@ from jetcrawl.embedded import (
 )
 from jetcrawl.errors import JetcrawlError
 from tests.procfs import environ
-from tests.streams import read_until
+from tests.streams import add_replicated, read_until
 
 
 def alive(pid: int) -> bool:
@@ -280,7 +280,9 @@ async def test_cluster_forms_and_survives_a_lost_node_but_not_two(
 
     async with connected(*nats_cluster.urls) as nc:
         js = nc.jetstream()
-        await js.add_stream(name="REPLICATED", subjects=["replicated.>"], num_replicas=3)
+        await add_replicated(
+            js, StreamConfig(name="REPLICATED", subjects=["replicated.>"], num_replicas=3)
+        )
         info = await js.stream_info("REPLICATED")
         assert info.cluster is not None
         assert len(info.cluster.replicas or []) == 2
@@ -312,7 +314,7 @@ async def test_cluster_forms_and_survives_a_lost_node_but_not_two(
 async def test_a_killed_node_rejoins_on_its_port_and_store(nats_cluster: NatsCluster) -> None:
     async with connected(*nats_cluster.urls) as nc:
         js = nc.jetstream()
-        await js.add_stream(name="REJOIN", subjects=["rejoin.>"], num_replicas=3)
+        await add_replicated(js, StreamConfig(name="REJOIN", subjects=["rejoin.>"], num_replicas=3))
         node = follower(nats_cluster, await js.stream_info("REJOIN"), nc)
         url = node.url
         await node.kill()

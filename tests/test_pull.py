@@ -9,11 +9,11 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
-from nats.js.errors import BadRequestError, ServiceUnavailableError
+from nats.js.errors import ServiceUnavailableError
 
 from jetcrawl.embedded import NatsCluster
 from jetcrawl.pull import Cut, end_requests, pull
-from tests.streams import eventually, read_until
+from tests.streams import add_replicated, eventually
 
 
 async def _consumer(js: JetStreamContext, messages: int) -> JetStreamContext.PullSubscription:
@@ -146,11 +146,7 @@ async def test_in_a_cluster_end_requests_waits_out_the_requests(
     nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
     try:
         js = nc.jetstream()
-        # A young cluster can refuse an R3 placement for a moment ("peer offline"): retried.
-        await read_until(
-            lambda: js.add_stream(StreamConfig(name="P", subjects=["p.>"], num_replicas=3)),
-            unavailable=(BadRequestError, ServiceUnavailableError),
-        )
+        await add_replicated(js, StreamConfig(name="P", subjects=["p.>"], num_replicas=3))
         sub = await js.pull_subscribe(
             "p.>",
             durable="c",
