@@ -167,7 +167,15 @@ async def test_in_a_cluster_end_requests_waits_out_the_requests(
         await eventually(consumer_answers)
         cut = Cut()
         waiting = asyncio.create_task(pull(sub, 5, 30.0, cut))
-        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+
+        async def waiting_request_sent() -> bool:
+            # The no_wait request's reply came ("no messages"), and the request that waits for
+            # one message, expiring in 30 s, went out. Cut before that, the pull sends none and
+            # nothing comes (a fixed 0.2 s wait here failed once in a loaded full run).
+            return cut.requests_end > loop.time() + 10
+
+        await eventually(waiting_request_sent)
         cut.set()
         with pytest.raises(TimeoutError):
             await waiting
