@@ -11,6 +11,13 @@ queue, and only then acks the advisory. A task that is gone already (acked late 
 or handled before) just has its advisory acked. ``jetcrawl dlq replay --stage poison`` sends it
 back to its shard.
 
+A frontier message the dispatchers' intake could not admit in ``frontier_max_deliver``
+deliveries (its publishes failed for minutes: retry_delay_s) is left in ``CRAWL_FRONTIER`` the
+same way, with its advisory. The collector turns it into a dead letter too (stage ``frontier``,
+reason ``max_deliveries``, the whole original so that it can be replayed), with the frontier
+sequences whose seen marks it may have made (``origins``): ``dlq replay`` sends it back to its
+subject carrying them, and the dispatcher publishes the tasks those marks lack.
+
 It runs in the dispatcher because the dispatcher runs wherever a crawl does and, like the
 frontier intake, is safe to run many times over one shared consumer; a worker would only
 collect while it owned shards.
@@ -30,12 +37,20 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from dispatcher.intake import FRONTIER_STAGE
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
-from jetcrawl.dlq import STAGE_POISON
+from jetcrawl.dlq import STAGE_POISON, origins_of
+from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter
 from jetcrawl.pull import Cut, hand_back, pull
 from jetcrawl.settings import Settings
-from jetcrawl.topology import ADVISORIES_STREAM, POISON_CONSUMER, TASKS_STREAM, dead_subject
+from jetcrawl.topology import (
+    ADVISORIES_STREAM,
+    FRONTIER_STREAM,
+    POISON_CONSUMER,
+    TASKS_STREAM,
+    dead_subject,
+)
 
 __all__ = ["PoisonCollector", "PoisonStats"]
 
@@ -45,11 +60,13 @@ BATCH = 16
 FETCH_WAIT_S = 0.5
 RETRY_DELAY_S = 1.0
 REASON = "max_deliveries"
+LETTER_HEADROOM = 1024  # of max_payload: the headers of the letter's message
 
 
 @dataclass(slots=True)
 class PoisonStats:
     dead_lettered: int = 0
+    frontier_dead_lettered: int = 0  # frontier messages (of dead_lettered)
     gone: int = 0  # advisories of tasks no longer in the work queue
     unreadable: int = 0  # advisories that are not what we expect (terminated)
 
@@ -97,13 +114,15 @@ class PoisonCollector:
             doc = orjson.loads(advisory.data)
             seq, consumer = int(doc["stream_seq"]), str(doc.get("consumer", "?"))
             deliveries = int(doc.get("deliveries", 0))
+            stream = str(doc.get("stream", TASKS_STREAM))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.error("unreadable max-deliveries advisory: %r", advisory.data[:300])
             self.stats.unreadable += 1
             await advisory.term()
             return
+        dead_letter = self._dead_frontier if stream == FRONTIER_STREAM else self._dead_letter
         try:
-            await self._dead_letter(seq, consumer, deliveries)
+            await dead_letter(seq, consumer, deliveries)
         except (NatsError, TimeoutError, PublishFailed) as e:
             log.warning("poison task seq %d not dead-lettered yet: %r", seq, e)
             await advisory.nak(delay=RETRY_DELAY_S)
@@ -136,3 +155,56 @@ class PoisonCollector:
             await self._js.delete_msg(TASKS_STREAM, seq)
         log.warning("poison task dead-lettered (seq %d, %s): %s", seq, consumer, letter.detail)
         self.stats.dead_lettered += 1
+
+    async def _dead_frontier(self, seq: int, consumer: str, deliveries: int) -> None:
+        try:
+            msg = await self._js.get_msg(FRONTIER_STREAM, seq)
+        except NotFoundError:
+            self.stats.gone += 1
+            return
+        original = msg.data or b""
+        try:
+            earlier = origins_of(msg.headers)
+        except MessageError as e:
+            log.warning("frontier message %d: %s; dead-lettered without them", seq, e)
+            earlier = ()
+        detail = (
+            f"consumer {consumer} delivered it {deliveries} times and could not admit its links"
+        )
+
+        def letter(max_bytes: int, detail: str) -> bytes:
+            return DeadLetter.of(
+                stage=FRONTIER_STAGE,
+                reason=REASON,
+                detail=detail,
+                subject=msg.subject or "",
+                received_at=time.time(),
+                original=original,
+                max_bytes=max_bytes,
+                stream_seq=seq,
+                origins=(*earlier, seq),
+            ).to_wire()
+
+        # Whole, to be replayed; cut to dead_original_max_bytes (and kept as a record) only if
+        # it does not fit in a message as a letter.
+        wire = letter(len(original), detail)
+        if len(wire) > self._outbox.max_payload - LETTER_HEADROOM:
+            wire = letter(
+                self._settings.dead_original_max_bytes,
+                f"{detail}; too large to keep whole ({len(original)} bytes): not replayable",
+            )
+        [ack] = await self._outbox.send(
+            [Outgoing(dead_subject(FRONTIER_STAGE), wire, {MSG_ID: f"dead-frontier-{seq}"})]
+        )
+        if isinstance(ack, PublishFailed):
+            raise ack
+        with contextlib.suppress(NotFoundError):
+            await self._js.delete_msg(FRONTIER_STREAM, seq)
+        log.error(
+            "frontier message %d dead-lettered: %s (`jetcrawl dlq replay --stage frontier "
+            "--reason max_deliveries` admits its links)",
+            seq,
+            detail,
+        )
+        self.stats.dead_lettered += 1
+        self.stats.frontier_dead_lettered += 1

@@ -16,6 +16,10 @@ delivers, so a new consumer leader (after a quorum loss) can deliver again with 
 the old leader had delivered. Taken for a first delivery, such a message's links would have been
 dropped as duplicates of the marks it had made itself, and their tasks never published. (Delivered
 so to another dispatcher, whose cache does not know those marks, the same can still happen.)
+
+A message that runs out of deliveries becomes a dead letter (:mod:`dispatcher.poison`); replayed,
+it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that carry any
+of them are published as on a redelivery.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from nats.js import JetStreamContext
 from dispatcher.intake import Intake, Reading
 from dispatcher.poison import PoisonCollector
 from dispatcher.quota import AdmissionQuota, host_key
-from dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable
+from dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
 from dispatcher.tracing import BatchTrace
 from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.dlq import origins_of
+from jetcrawl.errors import MessageError
 from jetcrawl.messages import DeadLetter, Task
 from jetcrawl.pull import Cut, hand_back, pull
 from jetcrawl.settings import Settings
@@ -108,6 +114,12 @@ class Dispatcher:
         # frontier sequences begun and not acked: a delivery of one again is a redelivery
         self._unfinished: OrderedDict[int, None] = OrderedDict()
         self._progress = asyncio.Condition()
+
+    @property
+    def seen_stats(self) -> SeenStats:
+        """The seen set's counters (after ``start()``)."""
+        assert self._seen is not None, "start() first"
+        return self._seen.stats
 
     async def __aenter__(self) -> Dispatcher:
         await self.start()
@@ -192,20 +204,17 @@ class Dispatcher:
         if msgs:
             self.frontier_backlog = msgs[-1].metadata.num_pending or 0
         seqs = [m.metadata.sequence.stream for m in msgs]
-        redelivered = [
-            m.metadata.num_delivered > 1 or seq in self._unfinished
-            for m, seq in zip(msgs, seqs, strict=True)
-        ]
+        owned = [self._owned(m, seq) for m, seq in zip(msgs, seqs, strict=True)]
         self._begin(seqs)
         # A first delivery's links that the seen cache knows are duplicates, settled in the
         # intake; a redelivery looks at every link (its marks may lack their tasks).
         known = self._seen.cached
         readings = [
-            self._intake.read(m.subject, m.data, None if again else known)
-            for m, again in zip(msgs, redelivered, strict=True)
+            self._intake.read(m.subject, m.data, known if own is None else None)
+            for m, own in zip(msgs, owned, strict=True)
         ]
         try:
-            tasks = await self._admit(seqs, redelivered, readings)
+            tasks = await self._admit(seqs, owned, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
             trace.finish(set(range(len(msgs))), why="seen set unavailable")
@@ -275,12 +284,27 @@ class Dispatcher:
         if 0 < self._settings.frontier_max_deliver <= delivered:  # -1: JetStream's no limit
             log.error(
                 "frontier message %d failed its last delivery (%d): JetStream will not deliver "
-                "it again, and its links are not admitted",
+                "it again; it becomes a dead letter to replay (stage frontier)",
                 msg.metadata.sequence.stream,
                 delivered,
             )
         self.stats.retried += 1
         return msg.nak(delay=retry_delay_s(delivered))
+
+    def _owned(self, msg: Msg, seq: int) -> tuple[int, ...] | None:
+        """The frontier sequences whose seen marks ``msg`` may have made without publishing
+        their tasks: none (None) on a first delivery; its own on a redelivery; and, replayed
+        from a dead letter, those of the messages it came from (``ORIGIN_HEADER``)."""
+        try:
+            origins = origins_of(msg.headers)
+        except MessageError as e:
+            log.warning("frontier message %d: %s; read as a message of its own", seq, e)
+            origins = ()
+        if origins:
+            return (seq, *origins)
+        if msg.metadata.num_delivered > 1 or seq in self._unfinished:
+            return (seq,)
+        return None
 
     def _begin(self, seqs: list[int]) -> None:
         unfinished = self._unfinished
@@ -291,9 +315,10 @@ class Dispatcher:
             unfinished.popitem(last=False)
 
     async def _admit(
-        self, seqs: list[int], redelivered: list[bool], readings: list[Reading]
+        self, seqs: list[int], owned: list[tuple[int, ...] | None], readings: list[Reading]
     ) -> list[tuple[int, Task]]:
-        """The tasks to publish, each with the index of the message that owns it."""
+        """The tasks to publish, each with the index of the message that owns it. ``owned``:
+        for a message that may have made marks before (``_owned``), the sequences they carry."""
         assert self._seen is not None and self._quota is not None
         assert self._host_quota is not None
         seen = self._seen
@@ -352,7 +377,7 @@ class Dispatcher:
         unknown = {
             key
             for i, _, key in pairs
-            if redelivered[i] and key in marks and marks[key].revision == 0
+            if owned[i] is not None and key in marks and marks[key].revision == 0
         }
         for fp in unknown:
             marks[fp] = await seen.read(fp)
@@ -362,7 +387,8 @@ class Dispatcher:
         duplicates = 0
         for i, task, key in pairs:
             mark = created_by.get(key)
-            if mark is None and not redelivered[i]:
+            own = owned[i]
+            if mark is None and own is None:
                 duplicates += 1  # the common case: a link to a URL already seen
             elif key in published:
                 duplicates += 1
@@ -370,9 +396,7 @@ class Dispatcher:
                 out.append((i, self._generation(task, mark.revision)))
                 published.add(key)
                 self.stats.admitted += 1
-            elif (
-                redelivered[i] and (known := marks.get(key)) is not None and known.origin == seqs[i]
-            ):
+            elif own is not None and (known := marks.get(key)) is not None and known.origin in own:
                 out.append((i, self._generation(task, known.revision)))
                 published.add(key)
                 self.stats.republished += 1

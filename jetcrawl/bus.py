@@ -142,6 +142,11 @@ class Outbox:
         self._queued: list[tuple[Callable[[], Awaitable[None]], asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server takes (its INFO), headers and payload."""
+        return self._nc.max_payload
+
     async def ack(self, msg: Msg) -> None:
         """``msg.ack()``, written with the next batch of publishes."""
         await self._write(msg.ack)

@@ -3,6 +3,9 @@
 A dead letter is a :class:`~jetcrawl.messages.DeadLetter` on ``crawl.dead.<stage>``:
 
     seeds, discovered, frontier   input the dispatcher could not read (dispatcher/intake.py)
+    frontier  also (reason ``max_deliveries``) a frontier message the dispatchers could not admit
+              in ``frontier_max_deliver`` deliveries: publishes failed for minutes on end
+              (dispatcher/poison.py)
     task      a task message a worker could not read
     fetch     a task whose retries ran out (reason ``retries_exhausted``); its failed result is in
               CRAWL_RESULTS too
@@ -20,7 +23,10 @@ letter, so running it twice replays nothing twice:
   header, with which the worker gives the new crawl's records identities of their own: the
   first crawl's result id would otherwise drop them as duplicates within the window.
 - frontier input (seeds, discovered) goes back to its frontier subject, for the dispatcher to read
-  again, after a fix or a change of settings; still bad, it is dead-lettered again.
+  again, after a fix or a change of settings; still bad, it is dead-lettered again. A message
+  that ran out of deliveries may have left seen marks without their tasks, which would make
+  its links duplicates the second time: it goes back with ``Jetcrawl-Origin``, the frontier
+  sequences it came from, and the dispatcher publishes the tasks of the marks they carry.
 
 A letter whose original was truncated (``dead_original_max_bytes``) cannot be replayed: it is
 skipped and kept.
@@ -47,18 +53,21 @@ from jetcrawl.settings import Settings
 from jetcrawl.topology import DEAD_PREFIX, DEAD_STREAM, TASKS_PREFIX, dead_subject
 
 __all__ = [
+    "ORIGIN_HEADER",
     "REPLAY_HEADER",
     "STAGE_FETCH",
     "STAGE_POISON",
     "STAGE_TASK",
     "Letter",
     "ReplayReport",
+    "origins_of",
     "read_letters",
     "replay",
     "run_command",
 ]
 
 REPLAY_HEADER = "Jetcrawl-Replay"
+ORIGIN_HEADER = "Jetcrawl-Origin"  # a replayed frontier message's earlier sequences: "12,345"
 STAGE_TASK = "task"
 STAGE_FETCH = "fetch"
 STAGE_POISON = "poison"
@@ -137,6 +146,21 @@ async def read_letters(
     return out
 
 
+def origins_of(headers: dict[str, str] | None) -> tuple[int, ...]:
+    """The frontier sequences a replayed frontier message came from (``ORIGIN_HEADER``); none
+    for any other message. Raises :class:`MessageError` for a header that is no such list."""
+    value = (headers or {}).get(ORIGIN_HEADER)
+    if value is None:
+        return ()
+    try:
+        origins = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        origins = ()
+    if not origins or min(origins) < 1:
+        raise MessageError("bad_header", f"{ORIGIN_HEADER}: {value!r} is no list of sequences")
+    return origins
+
+
 async def replay(js: JetStreamContext, letters: Iterable[Letter]) -> ReplayReport:
     """Publish each letter's original where it came from, then delete the letter."""
     report = ReplayReport()
@@ -148,6 +172,8 @@ async def replay(js: JetStreamContext, letters: Iterable[Letter]) -> ReplayRepor
         headers = {"Nats-Msg-Id": f"replay-{item.seq}"}
         if d.stage in TASK_STAGES or d.subject.startswith(TASKS_PREFIX):
             headers[REPLAY_HEADER] = str(item.seq)
+        if d.origins:
+            headers[ORIGIN_HEADER] = ",".join(map(str, d.origins))
         await js.publish(d.subject, d.original, headers=headers)
         await js.delete_msg(DEAD_STREAM, item.seq)
         report.replayed += 1

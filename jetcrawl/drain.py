@@ -4,8 +4,9 @@ A worker publishes a page's links before it acks the page's task, and the dispat
 tasks before it acks the frontier message, so work is always visible somewhere: as a pending or
 unacknowledged message of a consumer, or as a new last sequence of a stream. The crawl is drained
 when two consecutive snapshots agree on every stream's last sequence and show nothing pending and
-nothing unacknowledged on any consumer. A poison task is visible too: the advisory JetStream
-publishes when it gives up on the task waits on the ``poison`` consumer until it is dead-lettered.
+nothing unacknowledged on any consumer. A message JetStream gives up on (a poison task, a frontier
+message no delivery could admit) is visible too: the advisory it publishes then waits on the
+``poison`` consumer until the message is dead-lettered.
 """
 
 from __future__ import annotations

@@ -73,6 +73,14 @@ def _field(
     return value
 
 
+def _sequences(obj: dict[str, Any], name: str) -> tuple[int, ...]:
+    """An optional list of stream sequences (positive ints)."""
+    values = _field(obj, name, list, optional=True) or []
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        raise MessageError("wrong_type", f"{name} must be stream sequences, got {values!r}")
+    return tuple(values)
+
+
 def _depth(obj: dict[str, Any], name: str, optional: bool = False) -> int | None:
     value = _field(obj, name, int, optional)
     if value is not None and value < 0:
@@ -374,6 +382,9 @@ class DeadLetter:
     original: bytes
     original_size: int
     stream_seq: int | None = None
+    # A frontier message's: the frontier sequences whose seen marks it may own (its own, and
+    # those of the letters it was replayed from), for its replay to publish their tasks.
+    origins: tuple[int, ...] = ()
 
     @classmethod
     def of(
@@ -386,6 +397,7 @@ class DeadLetter:
         original: bytes,
         max_bytes: int,
         stream_seq: int | None = None,
+        origins: tuple[int, ...] = (),
     ) -> Self:
         return cls(
             stage,
@@ -396,6 +408,7 @@ class DeadLetter:
             original[:max_bytes],
             len(original),
             stream_seq,
+            origins,
         )
 
     def to_wire(self) -> bytes:
@@ -415,6 +428,7 @@ class DeadLetter:
                 "truncated": self.original_size > len(self.original),
                 "stream_seq": self.stream_seq,
             }
+            | ({"origins": list(self.origins)} if self.origins else {})
             | original
         )
 
@@ -434,6 +448,7 @@ class DeadLetter:
             original=original,
             original_size=_field(obj, "original_size", int),
             stream_seq=_field(obj, "stream_seq", int, optional=True),
+            origins=_sequences(obj, "origins"),
         )
 
 

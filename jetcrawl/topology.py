@@ -38,8 +38,12 @@ DISCOVERED = "crawl.discovered"
 TASKS_PREFIX = "crawl.tasks."
 RESULTS_PREFIX = "crawl.results."
 DEAD_PREFIX = "crawl.dead."
-# What nats-server publishes when a task consumer gives up on a message (MaxDeliver reached).
-MAX_DELIVERIES_ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*"
+# What nats-server publishes when a consumer gives up on a message (MaxDeliver reached): a task
+# consumer (a poison task), or the dispatchers' intake (a frontier message it could not admit).
+MAX_DELIVERIES_ADVISORIES = (
+    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*",
+    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_FRONTIER.dispatch",
+)
 
 # --- streams, consumers, buckets
 FRONTIER_STREAM = "CRAWL_FRONTIER"
@@ -145,8 +149,8 @@ class Topology:
             # has turned each into a dead letter (dispatcher/poison.py).
             StreamConfig(
                 name=ADVISORIES_STREAM,
-                description="max-deliveries advisories of the task consumers: poison tasks",
-                subjects=[MAX_DELIVERIES_ADVISORIES],
+                description="max-deliveries advisories: poison tasks, unadmitted frontier input",
+                subjects=list(MAX_DELIVERIES_ADVISORIES),
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=storage,
                 num_replicas=replicas,

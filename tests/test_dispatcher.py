@@ -21,6 +21,7 @@ from dispatcher import Dispatcher
 from dispatcher.seen import SeenSet, SeenSetUnavailable
 from dispatcher.service import retry_delay_s
 from jetcrawl.bus import Outbox
+from jetcrawl.dlq import read_letters, replay
 from jetcrawl.messages import Discovered, Lineage, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
@@ -34,7 +35,7 @@ from jetcrawl.topology import (
     ensure,
 )
 from jetcrawl.urls import fingerprint, host_of, shard_of
-from tests.streams import eventually, seen_keys, stored
+from tests.streams import eventually, read_until, seen_keys, stored
 
 SHARDS = 8
 
@@ -247,7 +248,7 @@ async def test_links_the_seen_cache_knows_are_counted_in_the_intake_without_task
         await js.publish(DISCOVERED, page(1, default))
         await finished(dispatcher, 1)
         assert dispatcher.stats.admitted == 6
-        hits = dispatcher._seen.stats.cache_hits  # type: ignore[union-attr]
+        hits = dispatcher.seen_stats.cache_hits
         await js.publish(DISCOVERED, page(2, default))
         await js.publish(DISCOVERED, page(3, named))  # another job: its own keys, all new
         await finished(dispatcher, 3)
@@ -384,6 +385,44 @@ async def test_a_redelivery_that_counts_as_a_first_still_publishes_its_marks_tas
         await js.add_consumer(FRONTIER_STREAM, dispatch)
         await finished(dispatcher, 1)
         assert dispatcher.stats.republished == len(urls)
+    assert sorted(await tasks_by_url(js)) == sorted(urls)
+
+
+async def test_a_frontier_message_out_of_deliveries_is_a_dead_letter_whose_replay_admits_it(
+    nats_server: object, nc: NATS, js: JetStreamContext
+) -> None:
+    """Its marks were made and their tasks never published; read again as a new message, its
+    links would all be duplicates of those marks. The letter keeps the sequence it had, and the
+    replay carries it."""
+    settings = settings_for(
+        nats_server.url,  # type: ignore[attr-defined]
+        frontier_max_deliver=2,
+        dead_original_max_bytes=16,  # the seeds are longer: kept whole all the same
+    )
+    urls = [f"https://h{i}.example/p" for i in range(5)]
+    seeds = "\n".join(urls).encode()
+    async with running(settings) as dispatcher:
+        tasks_config = (await js.stream_info(TASKS_STREAM)).config
+        await js.update_stream(dataclasses.replace(tasks_config, max_msg_size=16))
+        ack = await js.publish(SEEDS, seeds)
+        letters = await read_until(
+            lambda: read_letters(js, stage="frontier", reason="max_deliveries"), bool
+        )
+        [dead] = [x.letter for x in letters]
+        assert dead is not None
+        assert (dead.subject, dead.original, dead.origins) == (SEEDS, seeds, (ack.seq,))
+        assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 0, "taken out"
+        assert await seen_keys(js) == {fingerprint(u) for u in urls}, "marks made"
+        assert await stored(js, TASKS_STREAM) == []
+        assert dispatcher.poison is not None
+        assert dispatcher.poison.stats.frontier_dead_lettered == 1
+
+        await js.update_stream(tasks_config)
+        before = dataclasses.replace(dispatcher.stats)
+        assert (await replay(js, letters)).replayed == 1
+        await finished(dispatcher, before.messages + 1)
+        assert dispatcher.stats.republished - before.republished == len(urls)
+        assert dispatcher.stats.admitted == before.admitted
     assert sorted(await tasks_by_url(js)) == sorted(urls)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from jetcrawl.dlq import ORIGIN_HEADER, origins_of
 from jetcrawl.errors import MessageError
 from jetcrawl.messages import (
     DeadLetter,
@@ -152,6 +153,28 @@ def test_dead_letter_bounds_and_keeps_binary_originals() -> None:
     back = DeadLetter.from_wire(letter.to_wire())
     assert back.original == b"\xff" * 10 and back.original_size == 100
     assert orjson.loads(letter.to_wire())["truncated"] is True
+
+
+def test_a_dead_letter_carries_the_frontier_sequences_it_came_from() -> None:
+    letter = DeadLetter.of(
+        "frontier", "max_deliveries", "", "crawl.seeds", 1.5, b"x", 10, 7, origins=(3, 7)
+    )
+    assert DeadLetter.from_wire(letter.to_wire()).origins == (3, 7)
+    plain = DeadLetter.of("seeds", "too_long", "", "crawl.seeds", 1.5, b"x", 10)
+    assert "origins" not in orjson.loads(plain.to_wire())  # other letters are as they were
+    assert DeadLetter.from_wire(plain.to_wire()).origins == ()
+    for bad in ([0], ["3"], [True], 3):
+        wire = orjson.loads(letter.to_wire()) | {"origins": bad}
+        with pytest.raises(MessageError, match="origins"):
+            DeadLetter.from_wire(orjson.dumps(wire))
+
+
+def test_a_replayed_frontier_message_names_its_origins_in_a_header() -> None:
+    assert origins_of(None) == () and origins_of({"Nats-Msg-Id": "x"}) == ()
+    assert origins_of({ORIGIN_HEADER: "12,345"}) == (12, 345)
+    for bad in ("", "12,", "x", "0", "-4"):
+        with pytest.raises(MessageError, match=ORIGIN_HEADER):
+            origins_of({ORIGIN_HEADER: bad})
 
 
 def _result_obj() -> dict[str, object]:
