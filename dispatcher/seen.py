@@ -39,6 +39,7 @@ class SeenStats:
     known_remote: int = 0
     cache_hits: int = 0
     cache_evictions: int = 0
+    read_back: int = 0  # marks read from the stream leader (a redelivery's unknown origins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ class SeenSet:
         """
         try:
             msg = await self._js.get_msg(SEEN_STREAM, subject=f"{SEEN_SUBJECT_PREFIX}{fp}")
+            self.stats.read_back += 1
         except NotFoundError:
             raise SeenSetUnavailable(f"crawl_seen has no mark {fp} after rejecting it") from None
         except (TimeoutError, NatsError) as e:  # also no responders, no stream leader

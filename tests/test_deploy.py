@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -43,9 +44,11 @@ from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeoutError
 from opentelemetry.sdk import environment_variables as otel_variables
 
+from dispatcher import Dispatcher
 from dispatcher.intake import Intake
 from jetcrawl.cli import apply_topology as cli_apply_topology
 from jetcrawl.cli import build_parser
+from jetcrawl.dlq import read_letters, replay
 from jetcrawl.embedded import EtcdServer, NatsServer, etcd_binary, free_ports, nats_server_binary
 from jetcrawl.errors import TopologyError
 from jetcrawl.messages import Result
@@ -546,6 +549,54 @@ async def test_services_without_create_rights_check_the_topology_and_change_noth
         finally:
             await worker.close()
             await admin.close()
+
+
+async def test_the_dispatchers_rights_cover_its_recovery_paths(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    """Paths a healthy crawl never takes: a redelivered frontier message reads back the seen
+    marks its cache lost (from the stream leader); one out of deliveries is read, dead-lettered
+    and deleted by the poison collector; its replay reads its marks again. Refused there, the
+    message would stall for minutes and then be lost."""
+    async with compose_nats(tmp_path / "nats") as server:
+        password = Secret(passwords["NATS_DISPATCHER_PASSWORD"])
+        settings = Settings(
+            nats_url=server.url,
+            shards=4,
+            create_topology=False,
+            nats_user="dispatcher",
+            nats_password=password,
+            frontier_max_deliver=2,
+            dedupe_cache_size=1,  # the marks of a redelivery are read back, not recalled
+        )
+        await apply_topology(server, settings)
+        admin = await connect_as(server, "admin")
+        js = admin.jetstream()
+        urls = [f"https://h{i}.example/p" for i in range(3)]
+        try:
+            async with Dispatcher(settings) as dispatcher, asyncio.TaskGroup() as tg:
+                tg.create_task(dispatcher.run())
+                try:
+                    # No task fits in the task stream: every delivery fails to publish.
+                    tasks_config = (await js.stream_info(TASKS_STREAM)).config
+                    await js.update_stream(dataclasses.replace(tasks_config, max_msg_size=16))
+                    await js.publish(SEEDS, "\n".join(urls).encode())
+                    letters = await read_until(
+                        lambda: read_letters(js, stage="frontier", reason="max_deliveries"), bool
+                    )
+                    assert_no_violations(server)
+                    await js.update_stream(tasks_config)
+                    assert (await replay(js, letters)).replayed == 1
+
+                    async with asyncio.timeout(20):
+                        await dispatcher.wait_until(lambda s: s.messages >= 1)
+                    assert dispatcher.seen_stats.read_back >= 2 * (len(urls) - 1)
+                finally:
+                    dispatcher.stop()
+            assert len(await stored(js, TASKS_STREAM)) == len(urls)
+        finally:
+            await admin.close()
+    assert_no_violations(server)
 
 
 # ---------------------------------------------------------------- running it: the whole mesh
