@@ -11,7 +11,9 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import nats
 import orjson
 import pytest
 from nats.aio.client import Client as NATS
@@ -22,6 +24,7 @@ from dispatcher.seen import SeenSet, SeenSetUnavailable
 from dispatcher.service import retry_delay_s
 from jetcrawl.bus import Outbox
 from jetcrawl.dlq import read_letters, replay
+from jetcrawl.embedded import NatsServer
 from jetcrawl.messages import Discovered, Lineage, Task
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
@@ -424,6 +427,36 @@ async def test_a_frontier_message_out_of_deliveries_is_a_dead_letter_whose_repla
         assert dispatcher.stats.republished - before.republished == len(urls)
         assert dispatcher.stats.admitted == before.admitted
     assert sorted(await tasks_by_url(js)) == sorted(urls)
+
+
+async def test_a_frontier_letter_too_large_to_keep_whole_is_kept_cut_and_never_replayed(
+    tmp_path: Path,
+) -> None:
+    """Whole, the letter would not fit in a message, and its publish would fail for ever."""
+    config = tmp_path / "small.conf"
+    config.write_text("max_payload: 8192\n")
+    urls = [f"https://h{i}.example/{'p' * 40}" for i in range(120)]
+    seeds = "\n".join(urls).encode()
+    assert 7000 < len(seeds) < 8192  # fits a message; as a letter (JSON, headers), not quite
+    async with NatsServer(tmp_path / "nats", config=config) as server:
+        settings = settings_for(server.url, frontier_max_deliver=2, dead_original_max_bytes=100)
+        nc = await nats.connect(server.url, connect_timeout=5)
+        js = nc.jetstream()
+        try:
+            async with running(settings):
+                tasks_config = (await js.stream_info(TASKS_STREAM)).config
+                await js.update_stream(dataclasses.replace(tasks_config, max_msg_size=16))
+                await js.publish(SEEDS, seeds)
+                letters = await read_until(lambda: read_letters(js, stage="frontier"), bool)
+            [dead] = [x.letter for x in letters]
+            assert dead is not None
+            assert (dead.original, dead.original_size) == (seeds[:100], len(seeds))
+            assert dead.detail.endswith("not replayable")
+            assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 0
+            report = await replay(js, letters)
+            assert (report.replayed, report.skipped) == (0, 1)
+        finally:
+            await nc.close()
 
 
 async def test_a_mark_is_read_as_stored_and_one_missing_after_its_rejection_decides_nothing(
