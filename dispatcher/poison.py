@@ -124,7 +124,7 @@ class PoisonCollector:
         try:
             await dead_letter(seq, consumer, deliveries)
         except (NatsError, TimeoutError, PublishFailed) as e:
-            log.warning("poison task seq %d not dead-lettered yet: %r", seq, e)
+            log.warning("%s message %d not dead-lettered yet: %r", stream, seq, e)
             await advisory.nak(delay=RETRY_DELAY_S)
             return
         await advisory.ack()
