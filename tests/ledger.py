@@ -11,12 +11,24 @@ of its own. Re-crawls (``gen`` > 0) are out of scope: the fault tests crawl once
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.messages import DEFAULT_JOB, Result
-from jetcrawl.topology import DEAD_STREAM, RESULTS_STREAM
+from jetcrawl.messages import DEFAULT_JOB, Result, Task
+from jetcrawl.topology import (
+    DEAD_STREAM,
+    RESULTS_PREFIX,
+    RESULTS_STREAM,
+    SEEN_STREAM,
+    SEEN_SUBJECT_PREFIX,
+    TASKS_PREFIX,
+)
 from jetcrawl.urls import fingerprint
 from tests.streams import seen_keys, stored
 
@@ -74,3 +86,50 @@ async def read_ledger(js: JetStreamContext) -> Ledger:
         records[key] += 1
     dead = (await js.stream_info(DEAD_STREAM)).state.messages
     return Ledger(admitted, records, outcomes, dead)
+
+
+@dataclass(slots=True)
+class Tap:
+    """The tasks and results that went over the wire (core NATS), by admitted key, whether or not
+    JetStream stored them: where a lost URL stopped. A subscriber misses what is published while
+    its connection is down, so a 0 here says "not seen", never "never sent"."""
+
+    tasks: Counter[str] = field(default_factory=Counter)
+    results: Counter[str] = field(default_factory=Counter)
+    urls: dict[str, str] = field(default_factory=dict)
+    _subs: list[Subscription] = field(default_factory=list)
+
+    async def start(self, nc: NATS) -> None:
+        self._subs = [
+            await nc.subscribe(f"{TASKS_PREFIX}*", cb=self._task),
+            await nc.subscribe(f"{RESULTS_PREFIX}*", cb=self._result),
+        ]
+
+    async def _task(self, msg: Msg) -> None:
+        task = Task.from_wire(msg.data)
+        self.tasks[task.seen_key] += 1
+        self.urls[task.seen_key] = task.url
+
+    async def _result(self, msg: Msg) -> None:
+        self.results[admitted_key(Result.from_wire(msg.data))] += 1
+
+    async def explain(
+        self, js: JetStreamContext, keys: Iterable[str], logs: dict[str, str], most: int = 10
+    ) -> str:
+        """For each of ``keys`` (lost ones): its URL, its seen mark, what the tap saw of its
+        task and result, and the service log lines that name it."""
+        lines = []
+        for key in sorted(keys)[:most]:
+            url = self.urls.get(key, "?")
+            try:
+                mark = await js.get_msg(SEEN_STREAM, subject=f"{SEEN_SUBJECT_PREFIX}{key}")
+                origin = f"origin {(mark.data or b'').decode()} revision {mark.seq}"
+            except NatsError as e:
+                origin = f"mark unread: {e!r}"
+            lines.append(
+                f"{key} {url}: {origin}; task sent {self.tasks[key]}x, "
+                f"result sent {self.results[key]}x"
+            )
+            for name, log in logs.items():
+                lines += [f"  {name}: {line}" for line in log.splitlines() if url in line][:5]
+        return "\n".join(lines)

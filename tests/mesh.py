@@ -31,6 +31,7 @@ from jetcrawl.messages import Result
 from jetcrawl.settings import Settings
 from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
 from registry import read_ownership
+from tests.ledger import Tap
 from tests.streams import eventually, stored
 
 SHARDS = 16
@@ -76,10 +77,12 @@ class Mesh:
         self._workdir = workdir
         self.services: dict[str, Service] = {}
         self._nc: NATS | None = None
+        self.tap = Tap()  # tasks and results on the wire, to explain a lost URL
 
     async def __aenter__(self) -> Self:
         # The services' own connection: every URL of a cluster, reconnecting forever.
         self._nc = await connect(self.settings, "mesh")
+        await self.tap.start(self._nc)
         await self._ensure_topology()
         return self
 

@@ -113,7 +113,10 @@ async def finish(
         lambda: read_ledger(mesh.js), within_s=LEDGER_READ_WITHIN_S, unavailable=UNAVAILABLE
     )
     print(ledger.summary())
-    assert not ledger.lost, ledger.summary()
+    if ledger.lost:
+        logs = {name: service.log() for name, service in mesh.services.items()}
+        why = await mesh.tap.explain(mesh.js, ledger.lost, logs)
+        pytest.fail(f"{ledger.summary()}\n{why}")
     assert not ledger.unexpected, ledger.summary()
     results = await mesh.results()
     assert {r.url for r in results} == site.reachable, ledger.summary()
