@@ -28,6 +28,8 @@ from jetcrawl.topology import (
     SEEN_STREAM,
     SEEN_SUBJECT_PREFIX,
     TASKS_PREFIX,
+    TASKS_STREAM,
+    shard_consumer,
 )
 from jetcrawl.urls import fingerprint
 from tests.streams import seen_keys, stored
@@ -119,6 +121,11 @@ class Tap:
         """For each of ``keys`` (lost ones): its URL, its seen mark, what the tap saw of its
         task and result, and the service log lines that name it."""
         lines = []
+        try:
+            left = {Task.from_wire(m.data).seen_key: m for m in await stored(js, TASKS_STREAM)}
+        except NatsError as e:
+            left = {}
+            lines.append(f"{TASKS_STREAM} unread: {e!r}")
         for key in sorted(keys)[:most]:
             url = self.urls.get(key, "?")
             try:
@@ -130,6 +137,18 @@ class Tap:
                 f"{key} {url}: {origin}; task sent {self.tasks[key]}x, "
                 f"result sent {self.results[key]}x"
             )
+            if (task := left.get(key)) is not None:  # stranded: no consumer will deliver it?
+                consumer = shard_consumer(int(task.subject.rsplit(".", 1)[1]))
+                try:
+                    info = await js.consumer_info(TASKS_STREAM, consumer)
+                    state = (
+                        f"delivered {info.delivered.stream_seq}, "
+                        f"ack floor {info.ack_floor.stream_seq}, "
+                        f"pending {info.num_pending}, ack pending {info.num_ack_pending}"
+                    )
+                except NatsError as e:
+                    state = f"unread: {e!r}"
+                lines.append(f"  still in {TASKS_STREAM} at seq {task.seq}; {consumer}: {state}")
             for name, log in logs.items():
                 lines += [f"  {name}: {line}" for line in log.splitlines() if url in line][:5]
         return "\n".join(lines)
