@@ -83,6 +83,9 @@ class Settings:
     # Off: a service only checks the topology (its NATS user may not change streams); the admin
     # applies it with `jetcrawl topology --apply` (compose's one-shot `topology` service).
     create_topology: bool = True
+    # How long a service waits for JetStream to take the topology (a cluster electing its
+    # leaders, or not yet placing replicas) before it gives up; 0: it does not wait.
+    topology_wait_s: float = 30.0
 
     # --- client behaviour
     nats_ping_interval_s: float = 5.0
@@ -193,6 +196,7 @@ class Settings:
             "dispatch_linger_s",
             "link_memory",
             "links_linger_s",
+            "topology_wait_s",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")

@@ -8,11 +8,14 @@ that ``nats stream add --config`` and ``nats consumer add --config`` accept.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -66,6 +69,8 @@ BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
+
+log = logging.getLogger(__name__)
 
 _API_STREAM_NAME_IN_USE = 10058
 _API_NO_SUITABLE_PEERS = 10005  # "no suitable peers for placement" (offline, full, untagged)
@@ -254,9 +259,38 @@ def _kv_stream(
     )
 
 
+_RETRY_FIRST_S = 0.25  # ensure's first wait for JetStream; doubled at each try, up to:
+_RETRY_MAX_S = 5.0
+
+
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`
-    (:class:`TopologyUnavailable` when JetStream cannot place a stream or consumer yet).
+    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`.
+
+    While JetStream cannot take it yet (it has no leader, or cannot place the replicas: a
+    cluster forming or electing, a node restarting; requests time out meanwhile), it tries again,
+    0.25 s apart doubling to 5 s, for ``topology_wait_s``; then raises what it last got
+    (:class:`TopologyUnavailable`, or the request's timeout). Every try is idempotent.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.topology_wait_s
+    delay = _RETRY_FIRST_S
+    while True:
+        try:
+            return await _ensure(js, settings)
+        except (TopologyUnavailable, NatsTimeoutError, APIError) as e:
+            if isinstance(e, APIError) and e.code != _UNAVAILABLE:
+                raise
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            wait = min(delay, left)
+            log.warning("JetStream cannot take the topology yet, again in %.2g s: %r", wait, e)
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, _RETRY_MAX_S)
+
+
+async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
+    """One try of :func:`ensure`.
 
     It reads first (a few list requests) and writes only what is missing or differs from the
     declaration, so a service starting against a topology in place changes nothing; creating

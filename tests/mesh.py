@@ -20,13 +20,10 @@ from typing import Self
 
 import orjson
 from nats.aio.client import Client as NATS
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
 
 from jetcrawl.bus import connect
 from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.errors import TopologyUnavailable
 from jetcrawl.messages import Result
 from jetcrawl.settings import Settings
 from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
@@ -36,8 +33,6 @@ from tests.streams import eventually, stored
 
 SHARDS = 16
 TOPOLOGY_WITHIN_S = 60.0
-TOPOLOGY_RETRY_S = 0.5
-UNAVAILABLE = 503  # JetStream not ready (no leader yet) on one of ensure's reads
 
 
 @dataclass(slots=True)
@@ -72,6 +67,7 @@ class Mesh:
             "drain_deadline_s": 10.0,
             "allow_nets": ("127.0.0.0/8",),
             "host_delay_s": 0.0,  # the product's 1 s per host would make every crawl minutes
+            "topology_wait_s": TOPOLOGY_WITHIN_S,
         }
         self.settings = Settings(nats_url=nats_url, etcd_url=etcd_url, **{**defaults, **settings})  # type: ignore[arg-type]
         self._workdir = workdir
@@ -87,21 +83,11 @@ class Mesh:
         return self
 
     async def _ensure_topology(self) -> None:
-        """The topology, retried while a young cluster cannot yet place replicated streams
-        (a stream create can outlast its 5 s request on a busy machine; ensure is idempotent).
-        The cluster fixture's probe stream placed, but the meta leader can still count a peer
-        offline for a moment after (CI once saw it refuse KV_crawl_seen, streams later)."""
-        async with asyncio.timeout(TOPOLOGY_WITHIN_S):
-            while True:
-                try:
-                    await ensure(self.js, self.settings)
-                    return
-                except (NatsTimeoutError, TopologyUnavailable):
-                    pass
-                except APIError as e:
-                    if e.code != UNAVAILABLE:
-                        raise
-                await asyncio.sleep(TOPOLOGY_RETRY_S)
+        """The topology, waited for (``topology_wait_s``) while a young cluster cannot take it:
+        a stream create can outlast its 5 s request on a busy machine, and the meta leader can
+        count a peer offline for a moment after the cluster fixture's probe stream placed (CI
+        once saw it refuse KV_crawl_seen after the streams before it)."""
+        await ensure(self.js, self.settings)
 
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from jetcrawl.embedded import NatsCluster, NatsServer
 from jetcrawl.errors import TopologyError, TopologyUnavailable
 from jetcrawl.settings import Settings
 from jetcrawl.topology import Topology, ensure
+from tests.streams import eventually
 
 
 def topology_json(*args: str) -> dict[str, dict[str, object]]:
@@ -157,8 +160,9 @@ async def test_a_placement_the_cluster_cannot_make_yet_is_unavailable(
     nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
     try:
         js = nc.jetstream()
+        five = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5, topology_wait_s=0)
         with pytest.raises(TopologyUnavailable, match=r"CRAWL_FRONTIER.*5 replica"):
-            await ensure(js, Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5))
+            await ensure(js, five)
         assert await js.streams_info() == []
 
         await ensure(js, Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=3))
@@ -174,3 +178,44 @@ async def test_a_refusal_that_waiting_cannot_clear_is_not_unavailable(
     with pytest.raises(TopologyError, match="CRAWL_FRONTIER") as refused:
         await ensure(js, Settings(nats_url=nats_server.url, shards=2, replicas=3))
     assert not isinstance(refused.value, TopologyUnavailable)
+
+
+async def test_ensure_waits_for_a_cluster_without_a_leader_then_applies_the_topology(
+    nats_cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two of three nodes down: no meta leader, so JetStream's API answers nothing (or 503).
+    down = nats_cluster.servers[1:]
+    await asyncio.gather(*(server.stop() for server in down))
+    nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=1)
+        settings = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=3)
+        caplog.set_level(logging.WARNING, logger="jetcrawl.topology")
+        applying = asyncio.create_task(ensure(js, settings))
+
+        async def refused() -> bool:
+            return any("cannot take the topology yet" in r.message for r in caplog.records)
+
+        await eventually(refused)
+        assert not applying.done()
+        await asyncio.gather(*(server.start() for server in down))
+        async with asyncio.timeout(settings.topology_wait_s):
+            await applying
+        assert (await js.stream_info("CRAWL_FRONTIER")).config.num_replicas == 3
+    finally:
+        await nc.close()
+
+
+async def test_ensure_gives_up_after_topology_wait_s(
+    nats_cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
+    try:
+        five = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5, topology_wait_s=1)
+        caplog.set_level(logging.WARNING, logger="jetcrawl.topology")
+        with pytest.raises(TopologyUnavailable):
+            await ensure(nc.jetstream(), five)
+        waits = [r.message for r in caplog.records if "cannot take the topology" in r.message]
+        assert waits, "it tried again before it gave up"  # 0.25 s, 0.5 s, then what is left
+    finally:
+        await nc.close()
