@@ -116,6 +116,12 @@ class Dispatcher:
         self._progress = asyncio.Condition()
 
     @property
+    def dead_letters(self) -> int:
+        """Dead letters written: rejected input, and messages JetStream gave up on (poison)."""
+        poisoned = self.poison.stats.dead_lettered if self.poison is not None else 0
+        return self.stats.rejected + poisoned
+
+    @property
     def seen_stats(self) -> SeenStats:
         """The seen set's counters (after ``start()``)."""
         assert self._seen is not None, "start() first"

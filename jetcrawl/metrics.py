@@ -5,7 +5,8 @@ flight) is read when scraped — one count, not a second copy kept beside it. Wh
 counts is observed where it happens: pages by status class, bytes, latencies.
 
 Both services: ``jetcrawl_build_info{service, version, instance}`` (always 1), and
-``jetcrawl_dead_letters_total`` (dead letters written).
+``jetcrawl_dead_letters_total`` (dead letters written; the dispatcher's also counts the poison
+tasks and frontier messages it dead-lettered after JetStream gave up on them).
 
 Dispatcher (``DispatcherMetrics``)::
 
@@ -97,6 +98,8 @@ class DispatcherView(Protocol):
     def stats(self) -> DispatchCounts: ...
     @property
     def frontier_backlog(self) -> int: ...
+    @property
+    def dead_letters(self) -> int: ...
 
 
 class WorkerView(Protocol):
@@ -148,7 +151,11 @@ class DispatcherMetrics(ServiceMetrics):
                     "Tasks published again when their frontier message was redelivered.",
                     lambda: stats.republished,
                 ),
-                ("jetcrawl_dead_letters", "Dead letters written.", lambda: stats.rejected),
+                (
+                    "jetcrawl_dead_letters",
+                    "Dead letters written.",
+                    lambda: dispatcher.dead_letters,
+                ),
             ]
         )
         self.registry.register(

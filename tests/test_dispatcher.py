@@ -26,6 +26,7 @@ from jetcrawl.bus import Outbox
 from jetcrawl.dlq import read_letters, replay
 from jetcrawl.embedded import NatsServer
 from jetcrawl.messages import Discovered, Lineage, Task
+from jetcrawl.metrics import DispatcherMetrics
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
     DEAD_STREAM,
@@ -419,6 +420,9 @@ async def test_a_frontier_message_out_of_deliveries_is_a_dead_letter_whose_repla
         assert await stored(js, TASKS_STREAM) == []
         assert dispatcher.poison is not None
         assert dispatcher.poison.stats.frontier_dead_lettered == 1
+        metrics = DispatcherMetrics("dispatcher", "0", "test")
+        metrics.bind(dispatcher)
+        assert metrics.registry.get_sample_value("jetcrawl_dead_letters_total") == 1
 
         await js.update_stream(tasks_config)
         before = dataclasses.replace(dispatcher.stats)
