@@ -54,6 +54,8 @@ from jetcrawl.errors import TopologyError
 from jetcrawl.messages import Result
 from jetcrawl.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.topology import (
+    BODIES_BUCKET,
+    BODIES_STREAM,
     FRONTIER_STREAM,
     RESULTS_STREAM,
     SEEDS,
@@ -549,6 +551,28 @@ async def test_services_without_create_rights_check_the_topology_and_change_noth
         finally:
             await worker.close()
             await admin.close()
+
+
+async def test_a_worker_may_clean_up_after_the_object_store(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    """nats-py's object store purges chunks: a put's own after a failed chunk or meta publish
+    (a quorum loss), and the old object's when two workers raced to store one body. Refused,
+    the chunks would stay, and the put would fail on the purge's timeout, not its own error."""
+    async with compose_nats(tmp_path / "nats") as server:
+        await apply_topology(server, Settings(nats_url=server.url, shards=4))
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker", errors)
+        try:
+            store = await worker.jetstream(timeout=2).object_store(BODIES_BUCKET)
+            await store.put("fp/sha1:x", b"first")
+            await store.put("fp/sha1:x", b"second")  # the race's loser: purges the first's chunks
+            info = await worker.jetstream().stream_info(BODIES_STREAM)
+            assert info.state.messages == 2, "the second's chunk and meta message are left"
+        finally:
+            await worker.close()
+    assert errors.empty(), errors.get_nowait()
+    assert_no_violations(server)
 
 
 async def test_the_dispatchers_rights_cover_its_recovery_paths(
