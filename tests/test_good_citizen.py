@@ -9,7 +9,9 @@ each is a host of its own for politeness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,8 +22,10 @@ from nats.js import JetStreamContext
 from dispatcher import Dispatcher
 from jetcrawl.drain import Snapshot, snapshot
 from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import DeadLetter, Result, Task
+from jetcrawl.messages import DeadLetter, Result, Task, WorkerReport
+from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.settings import Settings
+from jetcrawl.status import Status, read_reports
 from jetcrawl.topology import (
     DEAD_STREAM,
     RESULTS_STREAM,
@@ -211,6 +215,103 @@ async def test_a_slow_host_does_not_hold_up_fast_hosts_in_its_shard(
     assert min(gaps(slow_pages)) >= 0.45, "and the slow host still got its Crawl-delay"
     assert deferred > 0, "the holding filled up and made room"
     assert {r.attempt for r in crawled.values()} == {1}, "hand-backs are not attempts"
+
+
+async def test_a_worker_whose_holding_fills_still_drains_on_the_hosts_schedule(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # One worker owns every shard and holds at most 4 + 40 tasks (AckWait 1 s). A slow host
+    # (Crawl-delay 0.25 s) fills the holding with 40 waiting pages; then six fast hosts' pages
+    # arrive in bursts. Each entry into the full holding makes room: the slow pages beyond the
+    # horizon go back to JetStream, each due at its own turn. Issue 31: every entry of a burst
+    # chose the same waiters again and pushed their turns a batch later each time, so they came
+    # back minutes late. The slow host's schedule (its root, then 40 pages 0.25 s apart) is the
+    # crawl's: it must drain within 1.5 times that.
+    slow_pages, crawl_delay_s = 40, 0.25
+    settings = settings_for(nats_server, concurrency=4, buffer_max=40, ack_wait_s=1.0)
+    slow = site_of("127.0.0.2", slow_pages, robots=f"User-agent: *\nCrawl-delay: {crawl_delay_s}\n")
+    fast = [site_of(f"127.0.0.{n + 3}", 15) for n in range(6)]
+    async with contextlib.AsyncExitStack() as stack:
+        for site in (slow, *fast):
+            await stack.enter_async_context(site)
+        worker = await stack.enter_async_context(crawling(settings))
+        started = time.monotonic()
+        await seed(js, [slow.url("/")])
+
+        async def slow_pages_wait() -> bool:
+            return worker.politeness.waiting >= slow_pages - 4
+
+        await eventually(slow_pages_wait)
+        await seed(js, [site.url("/") for site in fast])
+        await drained(js, within_s=90)
+        took_s = time.monotonic() - started
+        deferred = worker.stats.deferred
+    crawled = await results(js)
+    assert len(crawled) == slow_pages + 1 + 6 * 16
+    assert {r.attempt for r in crawled.values()} == {1}, "hand-backs are not attempts"
+    assert deferred > 0, "the holding filled up and made room"
+    slow_times = [t for t, path in slow.log if path != "/robots.txt"]
+    assert min(gaps(slow_times)) >= crawl_delay_s * 0.95, "the slow host kept its Crawl-delay"
+    schedule_s = slow_pages * crawl_delay_s
+    assert took_s <= 1.5 * schedule_s, f"drained in {took_s:.1f} s; the schedule is {schedule_s} s"
+
+
+async def test_hand_backs_still_due_show_in_the_metrics_and_in_status(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # Crawl-delay 0.8 s, 6 pages, AckWait 1 s and room for 2 + 2 tasks: pages beyond the horizon
+    # go back to JetStream. Their due times show in /metrics and in the worker's report that
+    # `jetcrawl status` reads; when the crawl is done, none is due any more.
+    settings = settings_for(
+        nats_server, concurrency=2, buffer_max=2, ack_wait_s=1.0, report_interval_s=0.1
+    )
+    async with (
+        site_of("127.0.0.2", 6, robots="User-agent: *\nCrawl-delay: 0.8\n") as slow,
+        crawling(settings) as worker,
+    ):
+        metrics = WorkerMetrics("jetcrawl-worker", "0.1.0", "w1")
+        metrics.bind(worker)
+        await seed(js, [slow.url("/")])
+
+        async def handed_back() -> bool:
+            return worker.politeness.deferred > 0 and any(
+                r.handbacks_due for r in await read_reports(js)
+            )
+
+        await eventually(handed_back)
+        now = time.time()
+        registry = metrics.registry
+        due = registry.get_sample_value("jetcrawl_handbacks_due")
+        furthest = registry.get_sample_value("jetcrawl_handback_furthest_due_timestamp_seconds")
+        assert due is not None and due >= 1
+        assert furthest is not None and now + 1.0 < furthest < now + 6 * 0.8 + 1
+        assert registry.get_sample_value("jetcrawl_tasks_handed_back_total") >= due
+        [report] = await read_reports(js)
+        assert report.worker == "w1" and report.handbacks_due >= 1
+        assert report.furthest_due_at is not None and report.furthest_due_at > now + 1.0
+        line = _status_with(report).table()
+        assert f"hand-backs    {report.handbacks_due} due, the last in" in line, line
+        await drained(js, within_s=60)
+        await worker.report_now()
+        [after] = await read_reports(js)
+    assert len(await results(js)) == 7
+    assert after.handbacks_due == 0 and after.handed_back > 0
+    assert "hand-backs    none due" in _status_with(after).table()
+
+
+def _status_with(report: WorkerReport) -> Status:
+    return Status(
+        at=time.time(),
+        cluster="default",
+        workers=(),
+        shards=(),
+        frontier_pending=0,
+        frontier_unacked=0,
+        tasks_published=0,
+        results=0,
+        dead_letters=0,
+        reports=(report,),
+    )
 
 
 async def test_a_revoked_shard_hands_its_waiting_tasks_back_at_the_drain_deadline(

@@ -257,3 +257,77 @@ def test_retry_after_in_seconds_or_as_an_http_date() -> None:
     assert retry_after_s(past, now, cap_s=600) == 0.0
     assert retry_after_s("soon", now, cap_s=600) is None
     assert retry_after_s(None, now, cap_s=600) is None
+
+
+class _Clock:
+    """A clock the test moves: turns and hand-back delays become exact numbers."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _handed_back_with_a_burst(entering: int) -> list[float]:
+    """80 tasks wait for one host (1 s apart, AckWait 30 s) in a full holding; ``entering``
+    tasks of other hosts then enter ``turn()`` in one event-loop pass. The hand-back delays."""
+    settings = Settings(host_delay_s=1.0, ack_wait_s=30.0)
+    clock = _Clock()
+    held = Capacity(80 + entering)
+    p = Politeness(settings, Capacity(8), held, clock=clock)
+    p.done(await turn(p, "slow"))  # the host's last request: now
+    waits = [
+        asyncio.create_task(p.turn("slow", None, deferrable=True, unless=never()))
+        for _ in range(80)
+    ]
+    await asyncio.sleep(0)
+    while held.try_take():  # then the holding fills up
+        pass
+    burst = [
+        asyncio.create_task(p.turn(f"other{n}", None, deferrable=True, unless=never()))
+        for n in range(entering)
+    ]
+    await asyncio.sleep(0)  # every entering task runs make_room in this one pass
+    for _ in range(5):
+        await asyncio.sleep(0)
+    delays = sorted(w.result().delay_s for w in waits if w.done())  # type: ignore[union-attr]
+    for task in [*waits, *burst]:
+        task.cancel()
+    await asyncio.gather(*waits, *burst, return_exceptions=True)
+    return delays
+
+
+@pytest.mark.parametrize("entering", [1, 64])
+async def test_a_burst_into_a_full_holding_hands_each_waiter_back_once_at_its_turn(
+    entering: int,
+) -> None:
+    # The 80th waiter's turn is 80 s away: the 32 furthest (turns 49..80) go back, each at
+    # its own turn. A burst of entries picks no waiter twice and pushes no turn later (issue 31:
+    # 64 entries used to hand the same waiters back with delays of 2,064-2,095 s).
+    delays = await _handed_back_with_a_burst(entering)
+    assert delays == [float(turn) for turn in range(49, 81)], delays
+
+
+async def test_a_hand_back_in_a_later_pass_goes_at_its_own_turn_between_promised_ones() -> None:
+    settings = Settings(host_delay_s=1.0, ack_wait_s=30.0)
+    clock = _Clock()
+    p = Politeness(settings, Capacity(8), Capacity(80), clock=clock)
+    p.done(await turn(p, "slow"))
+    waits = [
+        asyncio.create_task(p.turn("slow", None, deferrable=True, unless=never()))
+        for _ in range(80)
+    ]
+    await asyncio.sleep(0)
+    assert p.make_room() == 32  # turns 49..80
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert p.make_room() == 18, "the rest beyond the horizon: turns 31..48"
+    for _ in range(3):
+        await asyncio.sleep(0)
+    delays = sorted(w.result().delay_s for w in waits if w.done())  # type: ignore[union-attr]
+    assert delays == [float(turn) for turn in range(31, 81)], "one turn each, none pushed"
+    assert p.make_room() == 0, "30 s of turns left: all within the horizon"
+    for task in waits:
+        task.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)

@@ -15,7 +15,10 @@ The waiting room is bounded: the pull loops hold at most ``concurrency + waiting
 stop pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
 tasks queued behind its own in the shard, a full room makes room (``make_room``): the waiting
 tasks whose turn is furthest away, and beyond the horizon (AckWait), are handed back to JetStream
-with ``nak(delay)`` timed for about when their turn would have come. JetStream counts that nak
+with ``nak(delay)`` timed for their own turn on the host's schedule, moved only off a turn already
+promised to another hand-back of that host. A waiter is chosen once, and while chosen ones are on
+their way out they count as the room being made, so a burst of tasks entering a full holding
+hands back no more, and no later, than one entry would. JetStream counts that nak
 as a delivery, so the worker remembers each task's hand-backs (by stream sequence) and subtracts
 them from the delivery count to get the attempt number (:mod:`worker.crawl`); the task consumers'
 MaxDeliver leaves room for ``max_deferrals`` of them, and a task handed back that often is not
@@ -30,6 +33,7 @@ large slow site would pin max_ack_pending tasks per shard in memory and still bl
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import time
 from collections import OrderedDict, deque
@@ -55,7 +59,7 @@ class _Waiter:
 
     def __init__(self, deferrable: bool) -> None:
         self.deferrable = deferrable
-        self.deferred_for: float | None = None
+        self.deferred_for: float | None = None  # chosen to be handed back: nak with this delay
         self.wants_slot = False  # its turn has come and it waits for a fetch slot
         self._woken = False  # woken while not sleeping: the next sleep returns at once
         self._future: asyncio.Future[None] | None = None
@@ -96,7 +100,7 @@ class Slot:
     last_start: float = -math.inf  # when the latest request started (monotonic clock)
     paused_until: float = -math.inf  # Retry-After
     mean_s: float = 0.0  # moving mean of request times, to project turns of slow servers
-    booked_until: float = -math.inf  # the latest turn promised to a task handed back
+    promised: list[float] = field(default_factory=list)  # hand-backs' turns, ascending
     waiting: deque[_Waiter] = field(default_factory=deque)
 
     def idle_at(self, now: float) -> bool:
@@ -106,7 +110,19 @@ class Slot:
             and self.active == 0
             and self.last_start + self.delay_s <= now
             and self.paused_until <= now
+            and (not self.promised or self.promised[-1] <= now)
         )
+
+    def promise(self, at: float, now: float) -> float:
+        """Book a hand-back's turn: ``at``, or the first turn after it that is at least a delay
+        from every turn promised before (a promised task comes back and needs its own turn)."""
+        del self.promised[: bisect.bisect_right(self.promised, now)]  # come back already
+        i = bisect.bisect_right(self.promised, at - self.delay_s)
+        while i < len(self.promised) and self.promised[i] < at + self.delay_s:
+            at = self.promised[i] + self.delay_s
+            i += 1
+        self.promised.insert(i, at)
+        return at
 
 
 def turn_at(slot: Slot, now: float, ahead: int = 0) -> float:
@@ -163,7 +179,8 @@ class Politeness:
         self._prune_above = MAX_SLOTS
         # --- counts, for stats and tests
         self.waiting = 0
-        self.deferred = 0
+        self.deferred = 0  # waiting tasks handed back, ever
+        self._leaving = 0  # chosen to be handed back, not yet out of turn()
 
     def delay_for(self, crawl_delay_s: float | None) -> float:
         """The host's delay: ours, raised by its robots.txt Crawl-delay up to the cap."""
@@ -216,6 +233,8 @@ class Politeness:
                 await waiter.sleep(at_most_s)
         finally:
             waiter.wants_slot = False
+            if waiter.deferred_for is not None:
+                self._leaving -= 1
             if waiter in slot.waiting:  # not granted: deferred, abandoned or cancelled
                 slot.waiting.remove(waiter)
                 self.waiting -= 1
@@ -243,27 +262,41 @@ class Politeness:
             self.make_room()
 
     def make_room(self) -> int:
-        """Hand back the waiting tasks whose turn is furthest, beyond the horizon; how many."""
+        """Hand back the waiting tasks whose turn is furthest, beyond the horizon; how many.
+
+        At most ``ROOM_BATCH`` are on their way out at once: those chosen by an earlier call
+        that have not left yet are the room being made, and are never chosen again.
+        """
+        wanted = ROOM_BATCH - self._leaving
+        if wanted <= 0:
+            return 0
         now = self._clock()
-        far: list[tuple[float, str, _Waiter]] = []
-        for host, slot in self._queued.items():
+        far: list[tuple[float, Slot, _Waiter]] = []
+        for slot in self._queued.values():
             if turn_at(slot, now, len(slot.waiting) - 1) - now <= self._horizon_s:
                 continue  # even its last waiter's turn is near: the common case, one check
-            for ahead, waiter in enumerate(slot.waiting):
+            ahead = 0
+            for waiter in slot.waiting:
+                if waiter.deferred_for is not None:
+                    continue  # leaving: no longer ahead of anyone
                 at = turn_at(slot, now, ahead)
                 if at - now > self._horizon_s and waiter.deferrable:
-                    far.append((at, host, waiter))
+                    far.append((at, slot, waiter))
+                ahead += 1
         far.sort(key=lambda entry: entry[0], reverse=True)
-        chosen = sorted(far[:ROOM_BATCH], key=lambda entry: entry[0])
-        for at, host, waiter in chosen:
-            slot = self._slots[host]
-            # Spread the returns out, one turn apart, after any already promised.
-            back_at = max(at, slot.booked_until + slot.delay_s)
-            slot.booked_until = back_at
-            waiter.deferred_for = back_at - now
+        chosen = sorted(far[:wanted], key=lambda entry: entry[0])
+        for at, slot, waiter in chosen:
+            waiter.deferred_for = slot.promise(at, now) - now
             waiter.wake()
+        self._leaving += len(chosen)
         self.deferred += len(chosen)
         return len(chosen)
+
+    def handed_back(self) -> tuple[int, float | None]:
+        """Hand-backs whose turn is still to come, and the furthest of those turns (clock time)."""
+        now = self._clock()
+        due = [t for slot in self._slots.values() for t in slot.promised if t > now]
+        return len(due), max(due, default=None)
 
     def wake_all(self) -> None:
         """Have every waiting task look again (an ``unless`` event of some was set)."""
