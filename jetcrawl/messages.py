@@ -616,3 +616,52 @@ def _outcome(obj: dict[str, Any]) -> str:
     if outcome not in OUTCOMES:
         raise MessageError("wrong_type", f"outcome {outcome!r}")
     return str(outcome)
+
+
+# ---------------------------------------------------------------- worker reports
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """What a worker says of its waiting room, kept in KV ``crawl_workers`` under its id.
+
+    A crawl whose pending tasks all sit handed back (``nak`` with a delay) looks idle from
+    JetStream's counts; this says when the furthest of them is due.
+    """
+
+    worker: str
+    at: float  # unix time of the report
+    held: int  # tasks pulled and not yet acked
+    waiting: int  # of those, waiting for their host's turn
+    handed_back: int  # waiting tasks handed back to JetStream, ever
+    handbacks_due: int  # of those, due back still
+    furthest_due_at: float | None  # unix time the last of those is due
+
+    def to_wire(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": WIRE_VERSION,
+                "worker": self.worker,
+                "at": self.at,
+                "held": self.held,
+                "waiting": self.waiting,
+                "handed_back": self.handed_back,
+                "handbacks_due": self.handbacks_due,
+                "furthest_due_at": self.furthest_due_at,
+            }
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> Self:
+        obj = _object(data)
+        number = (int, float)
+        furthest = _field(obj, "furthest_due_at", number, optional=True)
+        return cls(
+            worker=_field(obj, "worker", str),
+            at=float(_field(obj, "at", number)),
+            held=_field(obj, "held", int),
+            waiting=_field(obj, "waiting", int),
+            handed_back=_field(obj, "handed_back", int),
+            handbacks_due=_field(obj, "handbacks_due", int),
+            furthest_due_at=None if furthest is None else float(furthest),
+        )

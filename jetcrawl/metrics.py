@@ -26,6 +26,9 @@ Worker (``WorkerMetrics``)::
     jetcrawl_fetch_duration_seconds      histogram: the HTTP GET of a task, failures included
     jetcrawl_robots_denials_total        tasks robots.txt did not allow
     jetcrawl_task_retries_total          tasks handed back with nak(delay)
+    jetcrawl_tasks_handed_back_total     waiting tasks handed back to make room (no attempts)
+    jetcrawl_handbacks_due               of those, the ones whose turn is still to come
+    jetcrawl_handback_furthest_due_timestamp_seconds  when the last of them is due (0: none)
     jetcrawl_politeness_wait_seconds     histogram: how long a task waited for its host's turn
     jetcrawl_owned_shards                shards this worker pulls now
     jetcrawl_tasks_in_flight             tasks pulled and not yet acked (waiting, fetching, storing)
@@ -78,6 +81,8 @@ class DispatchCounts(Protocol):
 
 class CrawlCounts(Protocol):
     @property
+    def deferred(self) -> int: ...
+    @property
     def disallowed(self) -> int: ...
     @property
     def retried(self) -> int: ...
@@ -111,6 +116,8 @@ class WorkerView(Protocol):
     def in_flight(self) -> int: ...
     @property
     def held(self) -> int: ...
+    @property
+    def handbacks_due(self) -> tuple[int, float | None]: ...
 
 
 def status_class(status: int | None) -> str:
@@ -222,6 +229,12 @@ class WorkerMetrics(ServiceMetrics):
                     lambda: worker.stats.disallowed,
                 ),
                 (
+                    "jetcrawl_tasks_handed_back",
+                    "Tasks waiting for their host handed back to JetStream to make room (no "
+                    "attempts).",
+                    lambda: worker.stats.deferred,
+                ),
+                (
                     "jetcrawl_task_retries",
                     "Tasks handed back for a retry.",
                     lambda: worker.stats.retried,
@@ -265,6 +278,16 @@ class WorkerMetrics(ServiceMetrics):
         Gauge(
             "jetcrawl_fetches_in_flight", "HTTP fetches running.", registry=self.registry
         ).set_function(lambda: worker.in_flight)
+        Gauge(
+            "jetcrawl_handbacks_due",
+            "Tasks handed back to make room whose turn is still to come.",
+            registry=self.registry,
+        ).set_function(lambda: worker.handbacks_due[0])
+        Gauge(
+            "jetcrawl_handback_furthest_due_timestamp_seconds",
+            "Unix time the furthest handed-back task is due back (0: none is due).",
+            registry=self.registry,
+        ).set_function(lambda: worker.handbacks_due[1] or 0.0)
 
 
 class _ReadCounters(Collector):

@@ -156,6 +156,9 @@ class Settings:
 
     # --- observability
     metrics_port: int = 0  # 0: no HTTP endpoint (/metrics, /healthz, /readyz)
+    # A worker writes its waiting room and hand-backs to KV crawl_workers this often, for
+    # `jetcrawl status` (a report is gone a minute after its worker stopped); 0: never.
+    report_interval_s: float = 5.0
     # Tasks up to this link depth continue the trace of the page that linked them (the seed's,
     # for depth 0); deeper ones start a trace of their own with a span link to it. -1: every
     # task starts its own trace. See dispatcher/tracing.py.
@@ -197,6 +200,7 @@ class Settings:
             "link_memory",
             "links_linger_s",
             "topology_wait_s",
+            "report_interval_s",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")

@@ -5,6 +5,9 @@ shards         each shard's owner (etcd) and its consumer's pending, unacked, re
 frontier       the dispatch consumer's pending and unacked counts (the frontier backlog)
 tasks          pending and unacked over every shard, and how many tasks were ever published
 results, dead  message counts of CRAWL_RESULTS and CRAWL_DEAD
+hand-backs     from the workers' reports (KV crawl_workers): waiting tasks handed back to
+               JetStream whose turn is still to come, and when the last is due; a crawl whose
+               backlog is all such tasks is waiting on them, not stuck
 rates          results, dead letters and tasks per second between two snapshots: the watch
                interval, or ``--interval`` apart for a single status (0: no rates)
 
@@ -22,8 +25,11 @@ from typing import IO, Any
 
 import orjson
 from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from jetcrawl.bus import connect
+from jetcrawl.errors import MessageError
+from jetcrawl.messages import WorkerReport
 from jetcrawl.settings import Settings
 from jetcrawl.topology import (
     DEAD_STREAM,
@@ -32,6 +38,8 @@ from jetcrawl.topology import (
     RESULTS_STREAM,
     SHARDS_METADATA_KEY,
     TASKS_STREAM,
+    WORKERS_BUCKET,
+    WORKERS_STREAM,
     shard_consumer,
 )
 from registry import read_members, read_ownership
@@ -96,8 +104,17 @@ class Status:
     tasks_published: int  # CRAWL_TASKS last sequence
     results: int
     dead_letters: int
+    reports: tuple[WorkerReport, ...] = ()  # the workers' latest, from KV crawl_workers
     rates: Rates | None = None
     job: JobCounts | None = None  # with --job: that job's results, read from CRAWL_RESULTS
+
+    @property
+    def handbacks_due(self) -> int:
+        return sum(r.handbacks_due for r in self.reports)
+
+    @property
+    def handbacks_furthest_due_at(self) -> float | None:
+        return max((r.furthest_due_at for r in self.reports if r.furthest_due_at), default=None)
 
     def since(self, earlier: Status) -> Status:
         """This reading with the rates since ``earlier``."""
@@ -148,6 +165,20 @@ class Status:
             },
             "results": self.results,
             "dead_letters": self.dead_letters,
+            "handbacks": {
+                "due": self.handbacks_due,
+                "furthest_due_at": self.handbacks_furthest_due_at,
+                "total": sum(r.handed_back for r in self.reports),
+                "by_worker": {
+                    r.worker: {
+                        "due": r.handbacks_due,
+                        "furthest_due_at": r.furthest_due_at,
+                        "total": r.handed_back,
+                        "reported_at": r.at,
+                    }
+                    for r in self.reports
+                },
+            },
             "job": None
             if self.job is None
             else {
@@ -185,6 +216,7 @@ class Status:
             f"  published {self.tasks_published}{_per_s(r.tasks_per_s if r else None)}",
             f"results       {self.results}{_per_s(r.results_per_s if r else None)}",
             f"dead letters  {self.dead_letters}{_per_s(r.dead_letters_per_s if r else None)}",
+            f"hand-backs    {self._handbacks()}",
         ]
         if self.job is not None:
             outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.job.by_outcome.items()))
@@ -198,6 +230,37 @@ class Status:
             [[s.shard, s.owner or "-", s.pending, s.unacked, s.redelivered] for s in self.shards],
         )
         return "\n".join(lines) + "\n"
+
+    def _handbacks(self) -> str:
+        total = sum(r.handed_back for r in self.reports)
+        furthest = self.handbacks_furthest_due_at
+        if not self.handbacks_due or furthest is None:
+            return f"none due  ({total} in all)"
+        stamp = time.strftime("%H:%M:%S", time.localtime(furthest))
+        return (
+            f"{self.handbacks_due} due, the last in {_age(max(0.0, furthest - self.at))}"
+            f" (at {stamp})  ({total} in all)"
+        )
+
+
+async def read_reports(js: JetStreamContext) -> tuple[WorkerReport, ...]:
+    """The workers' latest reports; one that does not decode is left out.
+
+    Keys come from the stream's subjects and values by direct get: no consumer, so a user that
+    may only read (the dispatcher's, in compose) can run it."""
+    try:
+        info = await js.stream_info(WORKERS_STREAM, subjects_filter=f"$KV.{WORKERS_BUCKET}.>")
+        bucket = await js.key_value(WORKERS_BUCKET)
+    except NotFoundError:
+        return ()
+    reports = []
+    for subject in sorted(info.state.subjects or {}):
+        try:
+            entry = await bucket.get(subject[len(f"$KV.{WORKERS_BUCKET}.") :])
+            reports.append(WorkerReport.from_wire(entry.value or b""))
+        except (KeyNotFoundError, MessageError):
+            continue  # expired since the listing, or not a report this build reads
+    return tuple(reports)
 
 
 async def read_status(settings: Settings, js: JetStreamContext, job: str | None = None) -> Status:
@@ -246,6 +309,7 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
         tasks_published=tasks.state.last_seq,
         results=results.state.messages,
         dead_letters=dead.state.messages,
+        reports=await read_reports(js),
         job=await count_job(js, job) if job is not None else None,
     )
 

@@ -65,6 +65,9 @@ JOBS_STREAM = f"KV_{JOBS_BUCKET}"
 VALIDATORS_BUCKET = "crawl_validators"
 VALIDATORS_STREAM = f"KV_{VALIDATORS_BUCKET}"
 BODIES_BUCKET = "crawl_bodies"
+WORKERS_BUCKET = "crawl_workers"
+WORKERS_STREAM = f"KV_{WORKERS_BUCKET}"
+WORKER_REPORTS_MAX_AGE_S = 60.0  # a stopped worker's last report is gone after this
 BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
@@ -187,6 +190,13 @@ class Topology:
                 max_msgs=-1,
             ),
             _kv_stream(JOBS_BUCKET, "per-job and per-host admission counters", storage, replicas),
+            _kv_stream(
+                WORKERS_BUCKET,
+                "worker id -> its latest report (waiting room, hand-backs)",
+                storage,
+                replicas,
+                max_age=WORKER_REPORTS_MAX_AGE_S,
+            ),
         )
         pull = {
             "ack_policy": AckPolicy.EXPLICIT,
@@ -238,6 +248,7 @@ def _kv_stream(
     storage: StorageType,
     replicas: int,
     allow_msg_ttl: bool | None = None,
+    max_age: float | None = None,
 ) -> StreamConfig:
     """The stream behind KV bucket ``bucket`` (history 1), as nats-py would create it."""
     return StreamConfig(
@@ -252,10 +263,11 @@ def _kv_stream(
         allow_msg_ttl=allow_msg_ttl,
         deny_delete=True,
         discard=DiscardPolicy.NEW,
-        duplicate_window=120.0,
+        duplicate_window=120.0 if max_age is None else min(120.0, max_age),
         max_msgs_per_subject=1,
         max_consumers=-1,
         max_msgs=-1,
+        max_age=max_age,
     )
 
 

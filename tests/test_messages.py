@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
@@ -16,6 +18,7 @@ from jetcrawl.messages import (
     Seed,
     SeedReject,
     Task,
+    WorkerReport,
     decode_seeds,
 )
 
@@ -212,3 +215,22 @@ def test_a_result_head_reads_its_fields_and_builds_the_same_record() -> None:
     head = ResultHead.from_wire(data)
     assert (head.fp, head.outcome, head.status) == ("ab" * 16, "fetched", 200)
     assert head.record() == Result.from_wire(data)
+
+
+def test_a_worker_report_round_trips_and_a_newer_major_version_is_refused() -> None:
+    report = WorkerReport(
+        worker="w1",
+        at=1_700_000_000.5,
+        held=12,
+        waiting=9,
+        handed_back=40,
+        handbacks_due=3,
+        furthest_due_at=1_700_000_047.25,
+    )
+    assert WorkerReport.from_wire(report.to_wire()) == report
+    idle = dataclasses.replace(report, handbacks_due=0, furthest_due_at=None)
+    assert WorkerReport.from_wire(idle.to_wire()) == idle
+    newer = orjson.loads(report.to_wire()) | {"v": 2}
+    with pytest.raises(MessageError) as e:
+        WorkerReport.from_wire(orjson.dumps(newer))
+    assert e.value.reason == "unknown_version"

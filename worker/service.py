@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import AsyncExitStack
 
 from nats.aio.client import Client as NATS
@@ -22,15 +23,23 @@ from nats.js import JetStreamContext
 
 from jetcrawl.bodies import BodyStore
 from jetcrawl.bus import Outbox, connect
+from jetcrawl.messages import WorkerReport
 from jetcrawl.metrics import WorkerMetrics
 from jetcrawl.settings import Settings
-from jetcrawl.topology import TASKS_STREAM, VALIDATORS_BUCKET, ensure, shard_consumer
+from jetcrawl.topology import (
+    TASKS_STREAM,
+    VALIDATORS_BUCKET,
+    WORKERS_BUCKET,
+    ensure,
+    shard_consumer,
+)
 from otel import NO_TRACING, Tracing
 from worker.capacity import Capacity
 from worker.crawl import CrawlStats, Ownership, TaskProcessor
 from worker.fetcher import Fetcher
 from worker.keepalive import KeepAlive
 from worker.politeness import Politeness
+from worker.report import Reporter, wall_time
 from worker.robots import Robots
 from worker.shards import ShardPuller
 from worker.telemetry import TaskTelemetry
@@ -60,6 +69,7 @@ class Worker:
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
         self._processor: TaskProcessor | None = None
+        self._reporter: Reporter | None = None  # with report_interval_s
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
@@ -109,12 +119,20 @@ class Worker:
                 else None
             ),
         )
+        if self._settings.report_interval_s > 0:
+            self._reporter = Reporter(
+                await self._js.key_value(WORKERS_BUCKET),
+                self.worker_id,
+                self._settings.report_interval_s,
+                self.report,
+            )
 
     async def run(self) -> None:
         """Hold the TaskGroup of all pull loops until ``stop()``, then drain them."""
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             keepalive = tg.create_task(self._keepalive.run())
+            reporting = tg.create_task(self._reporter.run()) if self._reporter else None
             self._running.set()
             await self._stopping.wait()
             for puller, _ in self._pullers.values():
@@ -122,6 +140,9 @@ class Worker:
             if self._pulling:
                 await asyncio.wait(self._pulling)  # what they hold is finished or handed back
             keepalive.cancel()
+            if reporting is not None and self._reporter is not None:
+                reporting.cancel()
+                await self._reporter.report()  # the hand-backs it leaves due
         self._tg = None
 
     async def wait_running(self) -> None:
@@ -160,6 +181,29 @@ class Worker:
     def held(self) -> int:
         """Tasks pulled and not yet acked: waiting for their host, fetching, or being stored."""
         return self._holding.in_flight
+
+    @property
+    def handbacks_due(self) -> tuple[int, float | None]:
+        """Hand-backs still due, and the unix time the furthest of them is due."""
+        due, furthest = self.politeness.handed_back()
+        return due, None if furthest is None else wall_time(furthest)
+
+    async def report_now(self) -> None:
+        """Write this worker's report now, not at the next interval."""
+        if self._reporter is not None:
+            await self._reporter.report()
+
+    def report(self) -> WorkerReport:
+        due, furthest = self.handbacks_due
+        return WorkerReport(
+            worker=self.worker_id,
+            at=time.time(),
+            held=self.held,
+            waiting=self.politeness.waiting,
+            handed_back=self.politeness.deferred,
+            handbacks_due=due,
+            furthest_due_at=furthest,
+        )
 
     # ------------------------------------------------------------------ ShardOwner
 
