@@ -11,13 +11,8 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-# Only what the distribution is built from (see [tool.setuptools] packages in pyproject.toml).
-COPY pyproject.toml README.md ./
-COPY jetcrawl ./jetcrawl
-COPY dispatcher ./dispatcher
-COPY worker ./worker
-COPY registry ./registry
-COPY otel ./otel
+# The build context is only what the distribution is built from (.dockerignore lists it).
+COPY . ./
 RUN pip wheel --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

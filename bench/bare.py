@@ -20,9 +20,9 @@ import aiohttp
 import orjson
 
 from bench.loop import run
-from jetcrawl.errors import UrlError
-from jetcrawl.urls import LinkCanonicalizer, UrlRules
-from worker.parse import extract
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
+from jetcrawl.worker.parse import extract
 
 __all__ = ["CONCURRENCY", "crawl_list"]
 

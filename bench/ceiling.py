@@ -33,11 +33,9 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from bench.procs import cpu_seconds, self_cpu_s
-from jetcrawl.bus import EXPECTED_LAST_SUBJECT_SEQ, MSG_ID, Outbox, Outgoing, PublishFailed, connect
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Discovered, Lineage, Result, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DISCOVERED,
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
@@ -48,7 +46,16 @@ from jetcrawl.topology import (
     shard_consumer,
     task_subject,
 )
-from jetcrawl.urls import fingerprint, host_of, shard_of
+from jetcrawl.contract.urls import fingerprint, host_of, shard_of
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.plumbing.bus import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    MSG_ID,
+    Outbox,
+    Outgoing,
+    PublishFailed,
+    connect,
+)
 
 __all__ = ["Ceiling", "Phase", "measure_ceiling", "publish_all", "result_record"]
 

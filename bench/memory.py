@@ -24,16 +24,16 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from bench.procs import child_env, read_stat
-from jetcrawl.bus import Outbox, Outgoing, PublishFailed, connect
-from jetcrawl.embedded import NatsServer
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     SEEDS,
     SEEN_STREAM,
     TASKS_STREAM,
 )
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.plumbing.bus import Outbox, Outgoing, PublishFailed, connect
 
 __all__ = ["Checkpoint", "MemoryResult", "measure_memory"]
 

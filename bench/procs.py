@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jetcrawl.embedded import parent_death_hook
+from jetcrawl.local.embedded import parent_death_hook
 
 __all__ = [
     "DIE_WITH_PARENT",

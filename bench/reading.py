@@ -2,9 +2,10 @@
 
 An embedded nats-server with jetcrawl's topology; the harness publishes ``records`` synthetic
 result records (the shape a worker writes, as the ceiling's) and reads them all with
-``jetcrawl.results.read_results`` — once pulling with ``jetcrawl.pull`` (what it uses) and once
-with nats-py's ``fetch`` (the baseline), alternately, ``reps`` times each. Reported per reader:
-records/s and the reading process's CPU per record (decoding each into a ``Result`` included).
+``jetcrawl.ops.results.read_results`` — once pulling with ``jetcrawl.plumbing.pull`` (what it uses)
+and once with nats-py's ``fetch`` (the baseline), alternately, ``reps`` times each. Reported per
+reader: records/s and the reading process's CPU per record (decoding each into a ``Result``
+included).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from pathlib import Path
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-import jetcrawl.results
+import jetcrawl.ops.results
 from bench.ceiling import publish_all, result_record
-from jetcrawl.bus import Outbox, Outgoing, connect
-from jetcrawl.embedded import NatsServer
-from jetcrawl.pull import pull
-from jetcrawl.results import Query, read_results
-from jetcrawl.settings import Settings
-from jetcrawl.topology import ensure, result_subject
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import ensure, result_subject
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.ops.results import Query, read_results
+from jetcrawl.plumbing.bus import Outbox, Outgoing, connect
+from jetcrawl.plumbing.pull import pull
 
 __all__ = ["ReadingResult", "measure_reading", "reading_markdown"]
 
@@ -38,7 +39,7 @@ async def _fetch(sub: JetStreamContext.PullSubscription, batch: int, wait_s: flo
     return await sub.fetch(batch, timeout=wait_s)
 
 
-READERS: dict[str, Reader] = {"jetcrawl.pull": pull, "nats-py fetch (baseline)": _fetch}
+READERS: dict[str, Reader] = {"jetcrawl.plumbing.pull": pull, "nats-py fetch (baseline)": _fetch}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +98,9 @@ async def measure_reading(records: int, reps: int) -> ReadingResult:
 
 async def _read_all(js: JetStreamContext, reader: Reader, records: int) -> tuple[float, float]:
     """Wall and CPU seconds to read every record through ``read_results`` with ``reader``."""
-    original = jetcrawl.results.pull
+    original = jetcrawl.ops.results.pull
     # The one call read_results makes to pull a batch; the baseline lacks pull()'s cut.
-    jetcrawl.results.pull = reader  # type: ignore[assignment]
+    jetcrawl.ops.results.pull = reader  # type: ignore[assignment]
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         count = 0
@@ -107,7 +108,7 @@ async def _read_all(js: JetStreamContext, reader: Reader, records: int) -> tuple
             count += 1
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
-        jetcrawl.results.pull = original
+        jetcrawl.ops.results.pull = original
     if count != records:
         raise RuntimeError(f"read {count} records of {records}")
     return wall, cpu

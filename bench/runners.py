@@ -139,7 +139,7 @@ def jetcrawl_env(work_dir: Path) -> dict[str, str]:
     """The ``JETCRAWL_*`` variables a jetcrawl run gets: the politeness settings of ``POLITENESS``
     that the measured build has (an unknown ``JETCRAWL_*`` variable is an error there)."""
     probe = (
-        "import dataclasses, jetcrawl.settings as s; "
+        "import dataclasses, jetcrawl.contract.settings as s; "
         "print(' '.join(f.name for f in dataclasses.fields(s.Settings)))"
     )
     names = subprocess.run(
@@ -153,7 +153,7 @@ def jetcrawl_env(work_dir: Path) -> dict[str, str]:
     return {f"JETCRAWL_{name.upper()}": v for name, v in POLITENESS.items() if name in names}
 
 
-# jetcrawl.services.NAME_PREFIX, written out: the bench also measures builds without it.
+# jetcrawl.local.services.NAME_PREFIX, written out: the bench also measures builds without it.
 FORKED_PREFIX = "jc-"
 SERVERS = frozenset({"nats-server", "etcd", "py-spy"})  # programs that are their own role
 

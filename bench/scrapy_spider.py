@@ -6,9 +6,9 @@ spider does what jetcrawl's worker does with a response: it records every answer
 redirects too: the redirect middleware is off and each redirect's canonical Location becomes a new
 request, as in jetcrawl), extracts ``<a href>`` and ``<area href>`` from 2xx HTML with Scrapy's
 own selectors, resolves them against the page's ``<base>``, and canonicalizes them with
-``jetcrawl.urls.canonicalize``. The duplicate filter fingerprints requests by that canonical form
-(``CanonicalFingerprinter``), so both crawlers dedupe the same URLs. Items go to ``OUT`` through
-a JSON-lines feed.
+``jetcrawl.contract.urls.canonicalize``. The duplicate filter fingerprints requests by that
+canonical form (``CanonicalFingerprinter``), so both crawlers dedupe the same URLs. Items go to
+``OUT`` through a JSON-lines feed.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from scrapy.crawler import Crawler, CrawlerProcess
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.response import get_base_url
 
-from jetcrawl.errors import UrlError
-from jetcrawl.urls import canonicalize, fingerprint
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.urls import canonicalize, fingerprint
 
 __all__ = ["SETTINGS", "BenchSpider", "CanonicalFingerprinter"]
 
@@ -45,7 +45,7 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class CanonicalFingerprinter:
-    """Request fingerprints from ``jetcrawl.urls``: the canonical URL's fingerprint."""
+    """Request fingerprints from ``jetcrawl.contract.urls``: the canonical URL's fingerprint."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

@@ -1,6 +1,6 @@
 """Frontier intake: decode, canonicalize, scope, dedupe, shard and publish tasks."""
 
-from dispatcher.intake import Intake, Reading, Rejection
-from dispatcher.service import Dispatcher, DispatchStats
+from jetcrawl.dispatcher.intake import Intake, Reading, Rejection
+from jetcrawl.dispatcher.service import Dispatcher, DispatchStats
 
 __all__ = ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"]

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from jetcrawl.errors import MessageError, UrlError
-from jetcrawl.messages import (
+from jetcrawl.contract.errors import MessageError, UrlError
+from jetcrawl.contract.messages import (
     Discovered,
     DiscoveredPages,
     Lineage,
@@ -25,9 +25,15 @@ from jetcrawl.messages import (
     decode_seeds,
     seen_key,
 )
-from jetcrawl.settings import Settings
-from jetcrawl.topology import DISCOVERED, SEEDS
-from jetcrawl.urls import UrlRules, fingerprint, in_scope, most_repeated_segment, scope_root
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import DISCOVERED, SEEDS
+from jetcrawl.contract.urls import (
+    UrlRules,
+    fingerprint,
+    in_scope,
+    most_repeated_segment,
+    scope_root,
+)
 
 CANONICAL_CACHE_SIZE = 50_000
 SEED_STAGE = "seeds"

@@ -37,20 +37,19 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from dispatcher.intake import FRONTIER_STAGE
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
-from jetcrawl.dlq import STAGE_POISON, origins_of
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import DeadLetter
-from jetcrawl.pull import Cut, hand_back, pull
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.deadletters import STAGE_POISON, DeadLetter, origins_of
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     ADVISORIES_STREAM,
     FRONTIER_STREAM,
     POISON_CONSUMER,
     TASKS_STREAM,
     dead_subject,
 )
+from jetcrawl.dispatcher.intake import FRONTIER_STAGE
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.pull import Cut, hand_back, pull
 
 __all__ = ["PoisonCollector", "PoisonStats"]
 

@@ -21,7 +21,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from dispatcher.seen import SeenSetUnavailable
+from jetcrawl.dispatcher.seen import SeenSetUnavailable
 
 MAX_CAS_ATTEMPTS = 50
 

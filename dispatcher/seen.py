@@ -21,9 +21,9 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from jetcrawl.bus import EXPECTED_LAST_SUBJECT_SEQ, TTL, Outbox, Outgoing, PublishFailed
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+from jetcrawl.plumbing.bus import EXPECTED_LAST_SUBJECT_SEQ, TTL, Outbox, Outgoing, PublishFailed
 
 WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 UNKNOWN_ORIGIN = 0

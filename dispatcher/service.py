@@ -1,10 +1,10 @@
 """The dispatcher: frontier messages in, sharded tasks out.
 
 One batch at a time: pull up to ``dispatch_batch`` messages from the shared ``dispatch`` consumer,
-read each (:mod:`dispatcher.intake`), mark new URLs seen (:mod:`dispatcher.seen`), publish their
-tasks with ``Nats-Msg-Id`` = fingerprint and every rejection as a dead letter — all pipelined — and
-ack a frontier message only once JetStream has acknowledged everything it produced. A message whose
-publishes failed is nak'ed and comes back.
+read each (:mod:`jetcrawl.dispatcher.intake`), mark new URLs seen
+(:mod:`jetcrawl.dispatcher.seen`), publish their tasks with ``Nats-Msg-Id`` = fingerprint and every
+rejection as a dead letter — all pipelined — and ack a frontier message only once JetStream has
+acknowledged everything it produced. A message whose publishes failed is nak'ed and comes back.
 
 Crash recovery: a seen mark records the sequence of the frontier message that admitted it. When a
 message is redelivered, the tasks of marks that carry its sequence are published again; copies that
@@ -17,9 +17,9 @@ the old leader had delivered. Taken for a first delivery, such a message's links
 dropped as duplicates of the marks it had made itself, and their tasks never published. (Delivered
 so to another dispatcher, whose cache does not know those marks, the same can still happen.)
 
-A message that runs out of deliveries becomes a dead letter (:mod:`dispatcher.poison`); replayed,
-it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that carry any
-of them are published as on a redelivery.
+A message that runs out of deliveries becomes a dead letter (:mod:`jetcrawl.dispatcher.poison`);
+replayed, it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that
+carry any of them are published as on a redelivery.
 """
 
 from __future__ import annotations
@@ -39,18 +39,11 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from dispatcher.intake import Intake, Reading
-from dispatcher.poison import PoisonCollector
-from dispatcher.quota import AdmissionQuota, host_key
-from dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
-from dispatcher.tracing import BatchTrace
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
-from jetcrawl.dlq import origins_of
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import DeadLetter, Task
-from jetcrawl.pull import Cut, hand_back, pull
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.deadletters import DeadLetter, origins_of
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.messages import Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     JOBS_BUCKET,
@@ -58,8 +51,15 @@ from jetcrawl.topology import (
     ensure,
     task_subject,
 )
-from jetcrawl.urls import host_of, shard_of
-from otel import NO_TRACING, Tracing
+from jetcrawl.contract.urls import host_of, shard_of
+from jetcrawl.dispatcher.intake import Intake, Reading
+from jetcrawl.dispatcher.poison import PoisonCollector
+from jetcrawl.dispatcher.quota import AdmissionQuota, host_key
+from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
+from jetcrawl.dispatcher.tracing import BatchTrace
+from jetcrawl.otel import NO_TRACING, Tracing
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.plumbing.pull import Cut, hand_back, pull
 
 log = logging.getLogger(__name__)
 

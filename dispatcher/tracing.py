@@ -29,11 +29,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from jetcrawl.bus import MSG_ID, Outgoing, PublishFailed
-from jetcrawl.messages import Task
-from jetcrawl.topology import DISPATCH_CONSUMER
-from otel import Tracing, inject
-from otel.spans import consumer_span, end_producer, fail, producer_span
+from jetcrawl.contract.messages import Task
+from jetcrawl.contract.topology import DISPATCH_CONSUMER
+from jetcrawl.otel import Tracing, inject
+from jetcrawl.otel.spans import consumer_span, end_producer, fail, producer_span
+from jetcrawl.plumbing.bus import MSG_ID, Outgoing, PublishFailed
 
 __all__ = ["BatchTrace"]
 

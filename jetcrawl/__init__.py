@@ -1,9 +1,15 @@
-"""jetcrawl: the shared contract (messages, topology, URL rules, settings) and the CLI."""
+"""jetcrawl: a distributed web crawler on NATS JetStream and etcd, traced with OpenTelemetry.
 
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.settings import Settings
+One import name, in layers (checked by import-linter, see pyproject.toml)::
+
+    cli                                   the composition root: flags, settings, services
+    local, ops                            the one-command crawl; operator commands
+    dispatcher | worker | registry        the services (root folders of the repo)
+    plumbing                              NATS bus, pulls, metrics, health endpoint, bodies
+    otel                                  OpenTelemetry setup and W3C propagation
+    contract                              messages, topology, URL rules, settings, errors
+"""
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 1
 
-__all__ = ["PROTOCOL_VERSION", "JetcrawlError", "Settings", "__version__"]
+__all__ = ["__version__"]

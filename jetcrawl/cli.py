@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from jetcrawl import __version__
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.settings import ENV_PREFIX, Settings
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.settings import ENV_PREFIX, Settings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from jetcrawl.health import Readiness
-    from jetcrawl.services import Prefork
+    from jetcrawl.local.services import Prefork
+    from jetcrawl.plumbing.health import Readiness
 
 log = logging.getLogger("jetcrawl")
 
@@ -202,7 +202,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from jetcrawl.topology import as_cli_json
+    from jetcrawl.contract.topology import as_cli_json
 
     if args.apply:
         return int(run_async(lambda: apply_topology(settings_from(args))))
@@ -226,8 +226,8 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 async def apply_topology(settings: Settings) -> int:
     """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
-    from jetcrawl.bus import connect
-    from jetcrawl.topology import Topology, ensure
+    from jetcrawl.contract.topology import Topology, ensure
+    from jetcrawl.plumbing.bus import connect
 
     settings = settings.replace(create_topology=True)
     nc = await connect(settings, "jetcrawl-topology")
@@ -258,10 +258,10 @@ def _tune_gc() -> None:
 
 
 async def run_dispatcher(settings: Settings) -> None:
-    from dispatcher import Dispatcher
-    from jetcrawl.health import Readiness, nats_ready
-    from jetcrawl.metrics import DispatcherMetrics
-    from otel import DISPATCHER_SERVICE, setup_tracing
+    from jetcrawl.dispatcher import Dispatcher
+    from jetcrawl.otel import DISPATCHER_SERVICE, setup_tracing
+    from jetcrawl.plumbing.health import Readiness, nats_ready
+    from jetcrawl.plumbing.metrics import DispatcherMetrics
 
     _tune_gc()
 
@@ -285,11 +285,11 @@ async def run_dispatcher(settings: Settings) -> None:
 
 
 async def run_worker(settings: Settings) -> None:
-    from jetcrawl.health import Readiness, nats_ready, registry_ready
-    from jetcrawl.metrics import WorkerMetrics
-    from otel import WORKER_SERVICE, setup_tracing
-    from registry import Registry, WorkerInfo
-    from worker import Worker
+    from jetcrawl.otel import WORKER_SERVICE, setup_tracing
+    from jetcrawl.plumbing.health import Readiness, nats_ready, registry_ready
+    from jetcrawl.plumbing.metrics import WorkerMetrics
+    from jetcrawl.registry import Registry, WorkerInfo
+    from jetcrawl.worker import Worker
 
     _tune_gc()
 
@@ -331,13 +331,13 @@ def _endpoint(
     """The service's /metrics, /healthz and /readyz, when ``metrics_port`` is set."""
     if not settings.metrics_port or registry is None:
         return contextlib.nullcontext()
-    from jetcrawl.endpoint import Endpoint  # not before: it loads aiohttp's server
+    from jetcrawl.plumbing.endpoint import Endpoint  # not before: it loads aiohttp's server
 
     return Endpoint(settings.metrics_port, registry, readiness)
 
 
 async def run_status(settings: Settings, args: argparse.Namespace) -> int:
-    from jetcrawl.status import run_status as show
+    from jetcrawl.ops.status import run_status as show
 
     task = asyncio.current_task()
     assert task is not None
@@ -357,20 +357,20 @@ def default_worker_id() -> str:
 
 def _prefork(settings: Settings, workers: int) -> contextlib.AbstractContextManager[Prefork | None]:
     """The crawl's services forked now, before the event loop, where ``local_fork`` and the
-    platform allow (see :mod:`jetcrawl.services`); else nothing, and they are spawned."""
+    platform allow (see :mod:`jetcrawl.local.services`); else nothing, and they are spawned."""
     if not settings.local_fork:
         return contextlib.nullcontext()
-    from jetcrawl.services import Prefork
+    from jetcrawl.local.services import Prefork
 
-    prefork = Prefork.start(["dispatcher", *["worker"] * workers])
+    prefork = Prefork.start(["dispatcher", *["worker"] * workers], main)
     return prefork if prefork is not None else contextlib.nullcontext()
 
 
 async def run_crawl(
     settings: Settings, args: argparse.Namespace, prefork: Prefork | None = None
 ) -> int:
-    from jetcrawl.crawl import CrawlRequest, Interrupt, Interrupted, crawl
-    from jetcrawl.export import format_for
+    from jetcrawl.local.crawl import CrawlRequest, Interrupt, Interrupted, crawl
+    from jetcrawl.ops.export import format_for
 
     _tune_gc()
 
@@ -405,14 +405,14 @@ def _shards_chosen(args: argparse.Namespace) -> bool:
 
 
 async def run_results(settings: Settings, args: argparse.Namespace) -> int:
-    from jetcrawl.results import Query, export_results, parse_since
+    from jetcrawl.ops.results import Query, export_results, parse_since
 
     query = Query(
         job=args.job,
         since=parse_since(args.since) if args.since else None,
         follow=args.follow,
     )
-    stop = asyncio.Event()  # an event, not a cancellation: see jetcrawl.crawl.Interrupt
+    stop = asyncio.Event()  # an event, not a cancellation: see jetcrawl.local.crawl.Interrupt
     _on_signals(stop.set)
     written, skipped = await export_results(settings, query, args.output, args.format, stop)
     print(f"{written} records written, {skipped} without a WARC form skipped", file=sys.stderr)
@@ -420,7 +420,7 @@ async def run_results(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_dlq(settings: Settings, args: argparse.Namespace) -> int:
-    from jetcrawl.dlq import run_command
+    from jetcrawl.ops.dlq import run_command
 
     return await run_command(
         settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)

@@ -6,8 +6,8 @@ propagation.py  inject() / extract(): traceparent and tracestate in NATS message
 spans.py        span helpers by the messaging (NATS) and HTTP client semantic conventions
 """
 
-from otel.propagation import current_trace_id, extract, inject, remote_span_context
-from otel.setup import (
+from jetcrawl.otel.propagation import current_trace_id, extract, inject, remote_span_context
+from jetcrawl.otel.setup import (
     DISPATCHER_SERVICE,
     NO_TRACING,
     WORKER_SERVICE,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
-from otel.propagation import extract
+from jetcrawl.otel.propagation import extract
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

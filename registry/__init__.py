@@ -12,8 +12,8 @@ keys.py        the key layout under /jetcrawl/<cluster>/
 errors.py      RegistryError and its tree
 """
 
-from registry.assignment import assign
-from registry.errors import (
+from jetcrawl.registry.assignment import assign
+from jetcrawl.registry.errors import (
     EtcdRequestError,
     EtcdTimeout,
     EtcdUnavailable,
@@ -21,10 +21,10 @@ from registry.errors import (
     RegistryError,
     RevisionCompacted,
 )
-from registry.membership import read_members
-from registry.ownership import ShardOwner, read_ownership
-from registry.records import WorkerInfo
-from registry.registry import Registry
+from jetcrawl.registry.membership import read_members
+from jetcrawl.registry.ownership import ShardOwner, read_ownership
+from jetcrawl.registry.records import WorkerInfo
+from jetcrawl.registry.registry import Registry
 
 __all__ = [
     "EtcdRequestError",

@@ -11,7 +11,7 @@ JetcrawlError
 
 from __future__ import annotations
 
-from jetcrawl.errors import JetcrawlError
+from jetcrawl.contract.errors import JetcrawlError
 
 
 class RegistryError(JetcrawlError):

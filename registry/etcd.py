@@ -37,7 +37,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # before grpc is imp
 
 import aetcd
 
-from registry.errors import (
+from jetcrawl.registry.errors import (
     EtcdRequestError,
     EtcdTimeout,
     EtcdUnavailable,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from jetcrawl.settings import Settings
-from registry.errors import RecordError
-from registry.etcd import Etcd
-from registry.keys import Keys
-from registry.records import WorkerInfo
+from jetcrawl.contract.settings import Settings
+from jetcrawl.registry.errors import RecordError
+from jetcrawl.registry.etcd import Etcd
+from jetcrawl.registry.keys import Keys
+from jetcrawl.registry.records import WorkerInfo
 
 __all__ = ["read_members"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from jetcrawl.settings import Settings
-from registry.etcd import Etcd
-from registry.keys import Keys
-from registry.records import Claim
+from jetcrawl.contract.settings import Settings
+from jetcrawl.registry.etcd import Etcd
+from jetcrawl.registry.keys import Keys
+from jetcrawl.registry.records import Claim
 
 __all__ = ["ShardOwner", "read_ownership"]
 

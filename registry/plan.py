@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from registry.assignment import assign
-from registry.records import Claim
+from jetcrawl.registry.assignment import assign
+from jetcrawl.registry.records import Claim
 
 __all__ = ["Plan", "desired_shards", "plan"]
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
-import jetcrawl
-from registry.errors import RecordError
+from jetcrawl import __version__
+from jetcrawl.contract import PROTOCOL_VERSION
+from jetcrawl.registry.errors import RecordError
 
 __all__ = ["Claim", "WorkerInfo"]
 
@@ -43,8 +44,8 @@ class WorkerInfo:
             id=worker_id,
             host=socket.gethostname(),
             pid=os.getpid(),
-            version=jetcrawl.__version__,
-            protocol=jetcrawl.PROTOCOL_VERSION,
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
             capacity=capacity,
             started_at=time.time(),
         )

@@ -38,14 +38,14 @@ import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from jetcrawl.settings import Settings
-from registry.errors import RegistryError
-from registry.etcd import Change, Etcd, Listing
-from registry.keys import Keys
-from registry.ownership import ShardOwner
-from registry.plan import desired_shards, plan
-from registry.records import Claim, WorkerInfo
-from registry.view import ClusterView
+from jetcrawl.contract.settings import Settings
+from jetcrawl.registry.errors import RegistryError
+from jetcrawl.registry.etcd import Change, Etcd, Listing
+from jetcrawl.registry.keys import Keys
+from jetcrawl.registry.ownership import ShardOwner
+from jetcrawl.registry.plan import desired_shards, plan
+from jetcrawl.registry.records import Claim, WorkerInfo
+from jetcrawl.registry.view import ClusterView
 
 __all__ = ["Registry"]
 

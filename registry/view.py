@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from registry.errors import RecordError
-from registry.etcd import Change, Entry, Listing
-from registry.keys import Keys
-from registry.records import Claim
+from jetcrawl.registry.errors import RecordError
+from jetcrawl.registry.etcd import Change, Entry, Listing
+from jetcrawl.registry.keys import Keys
+from jetcrawl.registry.records import Claim
 
 __all__ = ["ClusterView"]
 

@@ -17,8 +17,8 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-import registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
-from jetcrawl.embedded import EtcdServer, NatsCluster, NatsServer
+import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
+from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
 from tests.site import MultiHostSite
 
 SITE_SEED = 20240601

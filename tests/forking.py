@@ -1,4 +1,5 @@
-"""``python -m tests.forking SCENARIO DIR``: jetcrawl.services' forks, in a process of their own.
+"""``python -m tests.forking SCENARIO DIR``: jetcrawl.local.services' forks, in a process of their
+own.
 
 A fork is only safe from a process with one thread and no event loop, which a pytest process
 that has run other tests is not; and ``Prefork.start`` freezes the garbage collector's objects.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import orjson
 
-from jetcrawl.services import Launch, Prefork, fork_safe
+from jetcrawl.cli import main
+from jetcrawl.local.services import Launch, Prefork, fork_safe
 from tests.procfs import running, stat
 
 
@@ -32,7 +34,7 @@ async def launched(prefork: Prefork, launches: list[Launch]) -> list[int]:
 
 def scenario_launch(workdir: Path) -> dict[str, object]:
     """Two services told to run ``jetcrawl topology``: each with its own environment and log."""
-    prefork = Prefork.start(["dispatcher", "worker"])
+    prefork = Prefork.start(["dispatcher", "worker"], main)
     assert prefork is not None
     pids = forked(prefork)
     names = [found.name for pid in pids if (found := stat(pid)) is not None]
@@ -54,7 +56,7 @@ def scenario_launch(workdir: Path) -> dict[str, object]:
 
 def scenario_exit_codes(workdir: Path) -> dict[str, object]:
     """A bad setting (exit 2), and one killed while it runs (-9)."""
-    prefork = Prefork.start(["worker", "worker"])
+    prefork = Prefork.start(["worker", "worker"], main)
     assert prefork is not None
     bad = {**os.environ, "JETCRAWL_NO_SUCH_SETTING": "1"}
     # A NATS "server" that accepts and never answers: the second worker waits on it.
@@ -77,7 +79,7 @@ def scenario_exit_codes(workdir: Path) -> dict[str, object]:
 
 def scenario_unused(workdir: Path) -> dict[str, object]:
     """Slots never launched end when the Prefork closes; a second close is a no-op."""
-    prefork = Prefork.start(["dispatcher", "worker", "worker"])
+    prefork = Prefork.start(["dispatcher", "worker", "worker"], main)
     assert prefork is not None
     pids = forked(prefork)
     before = [running(pid) for pid in pids]
@@ -104,7 +106,7 @@ def scenario_unsafe(workdir: Path) -> dict[str, object]:
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        return {"fork_safe": fork_safe(), "prefork": Prefork.start(["worker"]) is not None}
+        return {"fork_safe": fork_safe(), "prefork": Prefork.start(["worker"], main) is not None}
     finally:
         stop.set()
         thread.join()
@@ -114,7 +116,7 @@ def scenario_in_a_loop(workdir: Path) -> dict[str, object]:
     """Nor from inside a running event loop (a forked child would inherit it as running)."""
 
     async def inside() -> dict[str, object]:
-        return {"fork_safe": fork_safe(), "prefork": Prefork.start(["worker"]) is not None}
+        return {"fork_safe": fork_safe(), "prefork": Prefork.start(["worker"], main) is not None}
 
     return asyncio.run(inside())
 

@@ -2,10 +2,10 @@
 
 Admitted is what ``crawl_seen`` holds (read from the KV stream's subjects, as
 :func:`tests.streams.seen_keys` does: no watcher race). A result belongs to the key its task
-was admitted under (:attr:`jetcrawl.messages.Task.seen_key`: the fingerprint for the default
-job). ``lost`` (admitted, no result) must be 0; ``duplicates`` (records beyond the first for one
-key) are counted so a test can bound them; ``unexpected`` (a result nothing admitted) is a bug
-of its own. Re-crawls (``gen`` > 0) are out of scope: the fault tests crawl once.
+was admitted under (:attr:`jetcrawl.contract.messages.Task.seen_key`: the fingerprint for the
+default job). ``lost`` (admitted, no result) must be 0; ``duplicates`` (records beyond the first
+for one key) are counted so a test can bound them; ``unexpected`` (a result nothing admitted) is a
+bug of its own. Re-crawls (``gen`` > 0) are out of scope: the fault tests crawl once.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.messages import DEFAULT_JOB, Result, Task
-from jetcrawl.topology import (
+from jetcrawl.contract.messages import DEFAULT_JOB, Result, Task
+from jetcrawl.contract.topology import (
     DEAD_STREAM,
     RESULTS_PREFIX,
     RESULTS_STREAM,
@@ -31,7 +31,7 @@ from jetcrawl.topology import (
     TASKS_STREAM,
     shard_consumer,
 )
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.urls import fingerprint
 from tests.streams import seen_keys, stored
 
 

@@ -3,7 +3,7 @@
 ``Mesh`` runs ``python -m jetcrawl dispatcher`` and ``python -m jetcrawl worker`` processes (the
 commands compose runs) against a test's nats-server and etcd, with timings shrunk through
 ``JETCRAWL_*`` settings, and reads back what they did: ownership from etcd, results from
-``CRAWL_RESULTS``, drained-ness from :mod:`jetcrawl.drain`.
+``CRAWL_RESULTS``, drained-ness from :mod:`jetcrawl.local.drain`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import orjson
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from jetcrawl.bus import connect
-from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.messages import Result
-from jetcrawl.settings import Settings
-from jetcrawl.topology import RESULTS_STREAM, SEEDS, ensure
-from registry import read_ownership
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.local.drain import Snapshot, snapshot
+from jetcrawl.plumbing.bus import connect
+from jetcrawl.registry import read_ownership
 from tests.ledger import Tap
 from tests.streams import eventually, stored
 

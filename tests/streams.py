@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamConfig, StreamInfo
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 
-from jetcrawl.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+from jetcrawl.contract.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
 
 T = TypeVar("T")
 

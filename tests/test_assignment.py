@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from registry.assignment import assign, quotas, score
+from jetcrawl.registry.assignment import assign, quotas, score
 
 FOUR = ("worker-a", "worker-b", "worker-c", "worker-d")
 

@@ -150,9 +150,9 @@ def test_results_command_reads_every_record_with_each_reader(tmp_path: Path) -> 
     result = orjson.loads((tmp_path / "results.json").read_bytes())
     assert result["records"] == 600  # read_all raises unless every record was read
     readers = {r["reader"]: r for r in result["readers"]}
-    assert set(readers) == {"jetcrawl.pull", "nats-py fetch (baseline)"}
+    assert set(readers) == {"jetcrawl.plumbing.pull", "nats-py fetch (baseline)"}
     assert all(r["runs"] == 1 and r["records_per_s"] > 0 for r in readers.values())
-    assert "| jetcrawl.pull |" in (tmp_path / "results.md").read_text()
+    assert "| jetcrawl.plumbing.pull |" in (tmp_path / "results.md").read_text()
 
 
 def test_the_check_catches_a_crawl_that_is_not_the_known_set() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from worker.capacity import Capacity
+from jetcrawl.worker.capacity import Capacity
 
 
 async def settle() -> None:

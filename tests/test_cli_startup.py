@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jetcrawl.embedded import NatsServer
+from jetcrawl.local.embedded import NatsServer
 from tests.streams import eventually
 
 # Run in a fresh interpreter: the test process has aiohttp loaded already.
@@ -31,13 +31,19 @@ def _aiohttp_after(*modules: str) -> str:
 
 def test_a_dispatcher_and_the_crawl_command_do_not_load_aiohttp() -> None:
     # What run_dispatcher and run_crawl import (nats-py imports aiohttp for websockets).
-    modules = ("dispatcher", "jetcrawl.crawl", "jetcrawl.health", "jetcrawl.metrics", "otel")
+    modules = (
+        "jetcrawl.dispatcher",
+        "jetcrawl.local.crawl",
+        "jetcrawl.plumbing.health",
+        "jetcrawl.plumbing.metrics",
+        "jetcrawl.otel",
+    )
     assert _aiohttp_after(*modules) == "deferred"
 
 
 def test_aiohttp_loads_where_it_is_used() -> None:
     assert _aiohttp_after("worker") == "loaded"
-    assert _aiohttp_after("jetcrawl.endpoint") == "loaded"
+    assert _aiohttp_after("jetcrawl.plumbing.endpoint") == "loaded"
 
 
 SDK_PROBE = """
@@ -46,8 +52,8 @@ for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     os.environ.pop(name, None)
 if {endpoint!r}:
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = {endpoint!r}
-import dispatcher, worker
-from otel import setup_tracing
+import jetcrawl.dispatcher, worker
+from jetcrawl.otel import setup_tracing
 tracing = setup_tracing("probe", "probe-1", "0")
 sdk = any(name.startswith("opentelemetry.sdk") for name in sys.modules)
 print(tracing.enabled, sdk)

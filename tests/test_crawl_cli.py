@@ -30,10 +30,10 @@ import pytest
 from aiohttp import web
 
 from bench.runners import stored_messages_in
-from jetcrawl.crawl import nats_threads
-from jetcrawl.messages import Result
-from jetcrawl.services import NAME_PREFIX
-from jetcrawl.urls import host_of, shard_of
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.urls import host_of, shard_of
+from jetcrawl.local.crawl import nats_threads
+from jetcrawl.local.services import NAME_PREFIX
 from tests.procfs import EXITED, environ, stat
 from tests.site import MultiHostSite
 from tests.streams import eventually

@@ -44,16 +44,12 @@ from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeoutError
 from opentelemetry.sdk import environment_variables as otel_variables
 
-from dispatcher import Dispatcher
-from dispatcher.intake import Intake
 from jetcrawl.cli import apply_topology as cli_apply_topology
 from jetcrawl.cli import build_parser
-from jetcrawl.dlq import read_letters, replay
-from jetcrawl.embedded import EtcdServer, NatsServer, etcd_binary, free_ports, nats_server_binary
-from jetcrawl.errors import TopologyError
-from jetcrawl.messages import Result
-from jetcrawl.settings import ENV_PREFIX, Secret, Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.errors import TopologyError
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
+from jetcrawl.contract.topology import (
     BODIES_BUCKET,
     BODIES_STREAM,
     FRONTIER_STREAM,
@@ -65,7 +61,17 @@ from jetcrawl.topology import (
     result_subject,
     task_subject,
 )
-from registry import read_ownership
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.dispatcher.intake import Intake
+from jetcrawl.local.embedded import (
+    EtcdServer,
+    NatsServer,
+    etcd_binary,
+    free_ports,
+    nats_server_binary,
+)
+from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.registry import read_ownership
 from tests.mesh import Service
 from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.site import MultiHostSite
@@ -309,19 +315,22 @@ def test_the_image_is_multi_stage_slim_non_root_and_holds_every_package_and_no_s
     )
     [user] = DOCKERFILE.args("USER")
     assert user.split(":")[0] not in ("0", "root")
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = pyproject["tool"]["setuptools"]["packages"]
-    copied = {
-        src for args in DOCKERFILE.args("COPY", DOCKERFILE.stages[0]) for src in args.split()[:-1]
-    }
-    assert copied == {"pyproject.toml", "README.md", *packages}, "every package, nothing else"
-    assert "nats" not in packages, "nats/ is server config: a package would shadow nats-py"
+    copied = [args for args in DOCKERFILE.args("COPY", DOCKERFILE.stages[0])]
+    assert copied == [". ./"], "the build context, which .dockerignore makes the package alone"
     for instruction, args in [i for stage in DOCKERFILE.stages for i in stage]:
         assert not re.search(r"PASSWORD|SECRET|TOKEN", args, re.I), f"{instruction} {args}"
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     ignored = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     assert ignored[0] == "*", "the build context is a whitelist"
-    assert not [p for p in ignored if p.startswith("!.env")], ".env never enters a build"
+    linked = {
+        f"{os.readlink(p).removeprefix('../')}/"
+        for p in (ROOT / "jetcrawl").iterdir()
+        if p.is_symlink()
+    }
+    assert linked == {"dispatcher/", "worker/", "registry/", "otel/"}
+    allowed = {p[1:] for p in ignored if p.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "jetcrawl/", *linked}, "the package only"
+    assert "nats/" not in allowed, "nats/ is server config: a package would shadow nats-py"
 
 
 def test_passwords_come_from_the_environment_with_marked_local_defaults() -> None:

@@ -11,17 +11,17 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from dispatcher import Dispatcher
-from jetcrawl.bus import MSG_ID, Outbox, PublishFailed
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Discovered, DiscoveredPages, Lineage, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import DISCOVERED, FRONTIER_STREAM, TASKS_STREAM, ensure
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.messages import Discovered, DiscoveredPages, Lineage, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import DISCOVERED, FRONTIER_STREAM, TASKS_STREAM, ensure
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, PublishFailed
+from jetcrawl.worker.crawl import CrawlStats
+from jetcrawl.worker.discovered import DiscoveredOutbox, merged
 from tests.streams import stored
 from tests.test_sent import PATHS, crawl_where_every_page_links_every_page
-from worker.crawl import CrawlStats
-from worker.discovered import DiscoveredOutbox, merged
 
 HOST = Lineage(job="j", scope="host", root="a.test", max_depth=5)
 OTHER_JOB = Lineage(job="k", scope="host", root="a.test", max_depth=5)

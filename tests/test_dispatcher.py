@@ -19,16 +19,9 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from dispatcher import Dispatcher
-from dispatcher.seen import SeenSet, SeenSetUnavailable
-from dispatcher.service import retry_delay_s
-from jetcrawl.bus import Outbox
-from jetcrawl.dlq import read_letters, replay
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Discovered, Lineage, Task
-from jetcrawl.metrics import DispatcherMetrics
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.messages import Discovered, Lineage, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DEAD_STREAM,
     DISCOVERED,
     DISPATCH_CONSUMER,
@@ -38,7 +31,14 @@ from jetcrawl.topology import (
     Topology,
     ensure,
 )
-from jetcrawl.urls import fingerprint, host_of, shard_of
+from jetcrawl.contract.urls import fingerprint, host_of, shard_of
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.dispatcher.seen import SeenSet, SeenSetUnavailable
+from jetcrawl.dispatcher.service import retry_delay_s
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.plumbing.bus import Outbox
+from jetcrawl.plumbing.metrics import DispatcherMetrics
 from tests.streams import eventually, read_until, seen_keys, stored
 
 SHARDS = 8
@@ -282,7 +282,7 @@ async def test_two_dispatchers_fed_the_same_seeds_admit_each_url_once(
 
 
 async def test_shard_count_is_fixed_at_creation(nats_server: object, js: JetStreamContext) -> None:
-    from jetcrawl.errors import ShardCountMismatch
+    from jetcrawl.contract.errors import ShardCountMismatch
 
     await ensure(js, settings_for(nats_server.url))  # type: ignore[attr-defined]
     await ensure(js, settings_for(nats_server.url))  # type: ignore[attr-defined]  # idempotent

@@ -15,11 +15,10 @@ import orjson
 import pytest
 from nats.js import JetStreamContext
 
-from jetcrawl.dlq import REPLAY_HEADER, read_letters, replay
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.messages import DeadLetter, Lineage, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.deadletters import REPLAY_HEADER, DeadLetter
+from jetcrawl.contract.messages import Lineage, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     ADVISORIES_STREAM,
     DEAD_STREAM,
     SEEDS,
@@ -27,7 +26,9 @@ from jetcrawl.topology import (
     dead_subject,
     ensure,
 )
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.ops.dlq import read_letters, replay
 from tests.badsite import BadSite
 from tests.mesh import Mesh
 from tests.streams import eventually, stored

@@ -8,17 +8,17 @@ import dataclasses
 import pytest
 from nats.js import JetStreamContext
 
-from jetcrawl.crawl import (
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import TASKS_STREAM, ensure, shard_consumer, task_subject
+from jetcrawl.local.crawl import (
     NEARLY_IDLE,
     NEARLY_IDLE_FOR_S,
     SETTLE_CHECK_S,
     SNAPSHOT_EVERY_S,
     Cadence,
 )
-from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.embedded import NatsServer
-from jetcrawl.settings import Settings
-from jetcrawl.topology import TASKS_STREAM, ensure, shard_consumer, task_subject
+from jetcrawl.local.drain import Snapshot, snapshot
+from jetcrawl.local.embedded import NatsServer
 from tests.streams import eventually
 
 

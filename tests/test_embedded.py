@@ -17,7 +17,8 @@ from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig, StreamInfo
 from nats.js.errors import NoStreamResponseError
 
-from jetcrawl.embedded import (
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.local.embedded import (
     EmbeddedServerError,
     EtcdServer,
     NatsCluster,
@@ -25,7 +26,6 @@ from jetcrawl.embedded import (
     etcd_binary,
     nats_server_binary,
 )
-from jetcrawl.errors import JetcrawlError
 from tests.procfs import environ
 from tests.streams import add_replicated, read_until
 
@@ -208,7 +208,7 @@ async def test_a_server_dies_with_its_parent_process(tmp_path: Path) -> None:
 
 PARENT_SCRIPT = """
 import asyncio, sys
-from jetcrawl.embedded import NatsServer
+from jetcrawl.local.embedded import NatsServer
 
 async def main():
     server = NatsServer(sys.argv[1])

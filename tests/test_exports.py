@@ -6,11 +6,16 @@ import importlib
 
 import pytest
 
-EXPORTS = {
-    "jetcrawl": ["PROTOCOL_VERSION", "JetcrawlError", "Settings", "__version__"],
-    "dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
-    "worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
-    "otel": [
+EXPORTS: dict[str, list[str]] = {
+    "jetcrawl": ["__version__"],
+    "jetcrawl.contract": ["PROTOCOL_VERSION"],
+    # Layers whose modules are imported by name: nothing re-exported.
+    "jetcrawl.plumbing": [],
+    "jetcrawl.local": [],
+    "jetcrawl.ops": [],
+    "jetcrawl.dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
+    "jetcrawl.worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
+    "jetcrawl.otel": [
         "DISPATCHER_SERVICE",
         "NO_TRACING",
         "WORKER_SERVICE",

@@ -20,9 +20,9 @@ import pytest
 from nats.errors import Error as NatsError
 from nats.js.errors import Error as JetStreamError
 
-from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.embedded import EtcdServer, NatsCluster, NatsServer
-from jetcrawl.topology import SEEDS, TASKS_STREAM
+from jetcrawl.contract.topology import SEEDS, TASKS_STREAM
+from jetcrawl.local.drain import Snapshot, snapshot
+from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
 from tests.ledger import Ledger, read_ledger
 from tests.mesh import Mesh
 from tests.site import MultiHostSite

@@ -19,14 +19,10 @@ from typing import Any
 import orjson
 from nats.js import JetStreamContext
 
-from dispatcher import Dispatcher
-from jetcrawl.drain import Snapshot, snapshot
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import DeadLetter, Result, Task, WorkerReport
-from jetcrawl.metrics import WorkerMetrics
-from jetcrawl.settings import Settings
-from jetcrawl.status import Status, read_reports
-from jetcrawl.topology import (
+from jetcrawl.contract.deadletters import DeadLetter
+from jetcrawl.contract.messages import Result, Task, WorkerReport
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DEAD_STREAM,
     RESULTS_STREAM,
     SEEDS,
@@ -34,10 +30,15 @@ from jetcrawl.topology import (
     ensure,
     shard_consumer,
 )
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.local.drain import Snapshot, snapshot
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.ops.status import Status, read_reports
+from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.worker import Worker
+from jetcrawl.worker.crawl import PUBLISH_TRIES
 from tests.badsite import BadSite
 from tests.streams import eventually, stored
-from worker import Worker
-from worker.crawl import PUBLISH_TRIES
 
 SHARDS = 4
 

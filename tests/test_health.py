@@ -5,11 +5,11 @@ from __future__ import annotations
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from jetcrawl.endpoint import Endpoint
-from jetcrawl.health import Readiness, nats_ready
-from jetcrawl.metrics import DispatcherMetrics, WorkerMetrics
-from jetcrawl.settings import Settings
-from jetcrawl.topology import ensure
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import ensure
+from jetcrawl.plumbing.endpoint import Endpoint
+from jetcrawl.plumbing.health import Readiness, nats_ready
+from jetcrawl.plumbing.metrics import DispatcherMetrics, WorkerMetrics
 from tests.scrape import free_port, probe, scrape
 
 

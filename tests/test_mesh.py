@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.topology import TASKS_STREAM, shard_consumer
+from jetcrawl.contract.topology import TASKS_STREAM, shard_consumer
+from jetcrawl.local.embedded import EtcdServer, NatsServer
 from tests.mesh import Mesh
 from tests.site import MultiHostSite
 from tests.streams import eventually

@@ -7,10 +7,9 @@ import dataclasses
 import orjson
 import pytest
 
-from jetcrawl.dlq import ORIGIN_HEADER, origins_of
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import (
-    DeadLetter,
+from jetcrawl.contract.deadletters import ORIGIN_HEADER, DeadLetter, origins_of
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.messages import (
     Discovered,
     Lineage,
     Result,

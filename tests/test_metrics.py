@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.metrics import status_class
-from jetcrawl.topology import FRONTIER_STREAM
+from jetcrawl.contract.topology import FRONTIER_STREAM
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.plumbing.metrics import status_class
 from tests.mesh import Mesh
 from tests.scrape import Samples, free_port, probe, scrape
 from tests.site import MultiHostSite

@@ -16,9 +16,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing
-from otel import NO_TRACING, extract, inject, remote_span_context, setup_tracing, tracing_enabled
-from otel.spans import redact_url
+from jetcrawl.otel import (
+    NO_TRACING,
+    extract,
+    inject,
+    remote_span_context,
+    setup_tracing,
+    tracing_enabled,
+)
+from jetcrawl.otel.spans import redact_url
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing
 from tests.otlp import OtlpReceiver
 
 TRACEPARENT = "traceparent"

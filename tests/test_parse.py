@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetcrawl.urls import LinkCanonicalizer, UrlRules
-from worker.parse import Page, extract
+from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
+from jetcrawl.worker.parse import Page, extract
 
 PAGE = "https://example.com/dir/page.html"
 RULES = UrlRules()

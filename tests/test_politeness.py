@@ -12,10 +12,10 @@ from email.utils import format_datetime
 
 import pytest
 
-from jetcrawl.settings import Settings
-from worker.capacity import Capacity
-from worker.politeness import Deferred, Politeness, Slot, Turn, turn_at
-from worker.retry import Backoff, retry_after_s, retry_delay, retryable
+from jetcrawl.contract.settings import Settings
+from jetcrawl.worker.capacity import Capacity
+from jetcrawl.worker.politeness import Deferred, Politeness, Slot, Turn, turn_at
+from jetcrawl.worker.retry import Backoff, retry_after_s, retry_delay, retryable
 
 
 def never() -> asyncio.Event:

@@ -11,8 +11,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import ServiceUnavailableError
 
-from jetcrawl.embedded import NatsCluster
-from jetcrawl.pull import Cut, end_requests, pull
+from jetcrawl.local.embedded import NatsCluster
+from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from tests.streams import add_replicated, eventually
 
 

@@ -20,11 +20,11 @@ import aetcd
 import orjson
 import pytest
 
-import registry
-from jetcrawl.embedded import EtcdServer, parent_death_hook
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.settings import Settings
-from registry import (
+from jetcrawl import registry
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.local.embedded import EtcdServer, parent_death_hook
+from jetcrawl.registry import (
     EtcdTimeout,
     EtcdUnavailable,
     RecordError,
@@ -34,11 +34,11 @@ from registry import (
     read_members,
     read_ownership,
 )
-from registry.etcd import Change, Entry, Etcd, Listing
-from registry.keys import Keys
-from registry.plan import Plan, desired_shards, plan
-from registry.records import Claim
-from registry.view import ClusterView
+from jetcrawl.registry.etcd import Change, Entry, Etcd, Listing
+from jetcrawl.registry.keys import Keys
+from jetcrawl.registry.plan import Plan, desired_shards, plan
+from jetcrawl.registry.records import Claim
+from jetcrawl.registry.view import ClusterView
 
 SHARDS = 16
 CONVERGE_S = 5.0
@@ -274,8 +274,8 @@ async def test_a_worker_key_deleted_under_a_live_lease_is_put_back(
 
 CHILD_WORKER = """
 import asyncio, sys
-from jetcrawl.settings import Settings
-from registry import Registry, WorkerInfo
+from jetcrawl.contract.settings import Settings
+from jetcrawl.registry import Registry, WorkerInfo
 
 class Owner:
     async def on_acquired(self, shard, fence): pass

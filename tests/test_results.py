@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 from nats.js import JetStreamContext
 from warcio.archiveiterator import ArchiveIterator
 
-from jetcrawl.bodies import BodyStore, payload_digest
-from jetcrawl.bus import MSG_ID
-from jetcrawl.embedded import NatsServer
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.messages import Result
-from jetcrawl.results import parse_since
-from jetcrawl.settings import Settings
-from jetcrawl.topology import ensure, result_subject
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import ensure, result_subject
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.ops.results import parse_since
+from jetcrawl.plumbing.bodies import BodyStore, payload_digest
+from jetcrawl.plumbing.bus import MSG_ID
 
 BODY = "<html><head><title>Ünïcode</title></head><body>" + "x" * 300_000 + "</body></html>"
 

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
-from jetcrawl.bodies import payload_digest
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.plumbing.bodies import payload_digest
 from tests.mesh import Mesh
 from tests.site import MultiHostSite
 from tests.streams import eventually, seen_keys

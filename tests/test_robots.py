@@ -8,10 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from jetcrawl.settings import Settings
-from tests.badsite import BadSite
-from worker.fetcher import Fetcher
-from worker.robots import (
+from jetcrawl.contract.settings import Settings
+from jetcrawl.worker.fetcher import Fetcher
+from jetcrawl.worker.robots import (
     FOUND_TTL_S,
     MAX_ROBOTS_BYTES,
     UNAVAILABLE_TTL_S,
@@ -19,6 +18,7 @@ from worker.robots import (
     RobotsVerdict,
     product_token,
 )
+from tests.badsite import BadSite
 
 SETTINGS = Settings(
     connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=10.0, allow_nets=("127.0.0.0/8",)

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from nats.js import JetStreamContext
 
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Lineage
+from jetcrawl.contract.messages import Lineage
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.worker.crawl import CrawlStats
+from jetcrawl.worker.sent import SentLinks
 from tests.badsite import BadSite
 from tests.test_good_citizen import crawling, drained, page, results, seed, settings_for
-from worker.crawl import CrawlStats
-from worker.sent import SentLinks
 
 HOST = Lineage(job="j", scope="host", root="a.test", max_depth=5)
 OTHER_JOB = Lineage(job="k", scope="host", root="a.test", max_depth=5)

@@ -1,4 +1,4 @@
-"""jetcrawl.services: the local crawl's services forked from the command, or spawned.
+"""jetcrawl.local.services: the local crawl's services forked from the command, or spawned.
 
 Each forking scenario runs in a new interpreter (tests/forking.py): a fork needs a process with
 one thread and no running loop. ``jetcrawl crawl`` itself, forked and spawned, is in
@@ -16,7 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jetcrawl.services import Launch, Prefork, process_name, spawn
+from jetcrawl.cli import main
+from jetcrawl.local.services import Launch, Prefork, process_name, spawn
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks on Linux")
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ def test_no_fork_with_a_thread_or_a_loop_running(tmp_path: Path, scenario: str) 
 
 def test_only_services_are_forked() -> None:
     with pytest.raises(ValueError, match="not a service"):
-        Prefork.start(["nats-server"])
+        Prefork.start(["nats-server"], main)
 
 
 def test_process_names_fit_the_kernel_limit() -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from jetcrawl.embedded import EtcdServer, NatsCluster
-from jetcrawl.topology import TASKS_STREAM
+from jetcrawl.contract.topology import TASKS_STREAM
+from jetcrawl.local.embedded import EtcdServer, NatsCluster
 from tests.mesh import Mesh
 from tests.site import MultiHostSite
 from tests.test_faults import finish, stream_leader

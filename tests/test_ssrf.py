@@ -6,13 +6,13 @@ import ipaddress
 
 import pytest
 
-from jetcrawl.embedded import NatsServer
-from jetcrawl.settings import Settings
+from jetcrawl.contract.settings import Settings
+from jetcrawl.local.embedded import NatsServer
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.fetcher import Fetcher
+from jetcrawl.worker.robots import Robots
+from jetcrawl.worker.ssrf import AddressGuard, refusal
 from tests.badsite import BadSite
-from worker.errors import FetchError
-from worker.fetcher import Fetcher
-from worker.robots import Robots
-from worker.ssrf import AddressGuard, refusal
 
 HTML = b"<html><title>inside</title></html>"
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.topology import RESULTS_STREAM, TASKS_STREAM
-from registry import read_members
+from jetcrawl.contract.topology import RESULTS_STREAM, TASKS_STREAM
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.registry import read_members
 from tests.mesh import SHARDS, Mesh
 from tests.site import MultiHostSite
 

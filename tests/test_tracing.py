@@ -21,13 +21,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from dispatcher import Dispatcher
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.messages import Discovered, Lineage, Result, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import DISCOVERED, SEEDS, TASKS_STREAM
-from jetcrawl.urls import fingerprint
-from otel import Tracing, remote_span_context
+from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import DISCOVERED, SEEDS, TASKS_STREAM
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.otel import Tracing, remote_span_context
 from tests.mesh import Mesh
 from tests.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
 from tests.site import MultiHostSite

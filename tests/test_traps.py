@@ -10,11 +10,9 @@ from contextlib import asynccontextmanager
 import pytest
 from nats.js import JetStreamContext
 
-from dispatcher import Dispatcher
-from jetcrawl.embedded import NatsServer
-from jetcrawl.messages import Discovered, Lineage, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.messages import Discovered, Lineage, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DEAD_STREAM,
     DISCOVERED,
     DISPATCH_CONSUMER,
@@ -22,7 +20,9 @@ from jetcrawl.topology import (
     SEEDS,
     TASKS_STREAM,
 )
-from jetcrawl.urls import host_of, most_repeated_segment
+from jetcrawl.contract.urls import host_of, most_repeated_segment
+from jetcrawl.dispatcher import Dispatcher
+from jetcrawl.local.embedded import NatsServer
 from tests.streams import eventually, stored
 
 LINEAGE = Lineage(job="default", scope="any", root="", max_depth=10)

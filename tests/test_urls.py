@@ -11,10 +11,9 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from jetcrawl.embedded import NatsServer
-from jetcrawl.errors import UrlError
-from jetcrawl.settings import Settings
-from jetcrawl.urls import (
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.urls import (
     _C0_CONTROL_OR_SPACE,
     DEFAULT_TRACKING,
     LinkCanonicalizer,
@@ -29,6 +28,7 @@ from jetcrawl.urls import (
     scope_root,
     shard_of,
 )
+from jetcrawl.local.embedded import NatsServer
 
 
 def _fullwidth(ascii_text: str) -> str:

@@ -6,9 +6,9 @@ it back when acked or handed back. A loop that fetched while another filled the 
 few fetched tasks until places free up (at most one fetch batch per shard).
 
 The fetch slots (``concurrency``): a task takes one for its host's turn only
-(:mod:`worker.politeness`, with ``try_take``; politeness passes a freed one to the next task in
-line), so requests in flight never exceed ``concurrency`` while tasks waiting for their host hold
-none.
+(:mod:`jetcrawl.worker.politeness`, with ``try_take``; politeness passes a freed one to the next
+task in line), so requests in flight never exceed ``concurrency`` while tasks waiting for their
+host hold none.
 """
 
 from __future__ import annotations

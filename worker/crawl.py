@@ -2,11 +2,12 @@
 
 The task is acked only after JetStream has acknowledged its result and its discovered links, so a
 crash anywhere before that redelivers it; both publishes carry ``Nats-Msg-Id`` so the redelivery
-adds no second record. A task waits for its host's turn (:mod:`worker.politeness`) holding no
-fetch slot; a task handed back while waiting is not an attempt. Failures worth retrying are
-handed back with ``nak(delay)`` (:mod:`worker.retry`); when the attempts run out, the failure is
-the task's result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason ``retries_exhausted``)
-keeps the task for ``jetcrawl dlq replay``. A failure not worth retrying is just the result.
+adds no second record. A task waits for its host's turn (:mod:`jetcrawl.worker.politeness`) holding
+no fetch slot; a task handed back while waiting is not an attempt. Failures worth retrying are
+handed back with ``nak(delay)`` (:mod:`jetcrawl.worker.retry`); when the attempts run out, the
+failure is the task's result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason
+``retries_exhausted``) keeps the task for ``jetcrawl dlq replay``. A failure not worth retrying is
+just the result.
 """
 
 from __future__ import annotations
@@ -23,24 +24,24 @@ from dataclasses import dataclass
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from jetcrawl.bodies import BodyStore, payload_digest
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
-from jetcrawl.dlq import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import DeadLetter, Discovered, Failure, Result, Task
-from jetcrawl.settings import Settings
-from jetcrawl.topology import dead_subject, result_subject
-from jetcrawl.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
-from worker.discovered import DiscoveredOutbox
-from worker.errors import FetchError
-from worker.fetcher import Fetched, Fetcher
-from worker.parse import Page, extract
-from worker.politeness import Deferred, Politeness
-from worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
-from worker.robots import Robots
-from worker.sent import SentLinks
-from worker.telemetry import TaskTelemetry
-from worker.validators import Validators
+from jetcrawl.contract.deadletters import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK, DeadLetter
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.messages import Discovered, Failure, Result, Task
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import dead_subject, result_subject
+from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
+from jetcrawl.plumbing.bodies import BodyStore, payload_digest
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.worker.discovered import DiscoveredOutbox
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.fetcher import Fetched, Fetcher
+from jetcrawl.worker.parse import Page, extract
+from jetcrawl.worker.politeness import Deferred, Politeness
+from jetcrawl.worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
+from jetcrawl.worker.robots import Robots
+from jetcrawl.worker.sent import SentLinks
+from jetcrawl.worker.telemetry import TaskTelemetry
+from jetcrawl.worker.validators import Validators
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The links pages send to the frontier, several pages to a ``crawl.discovered`` message.
 
 Pages whose links are ready within ``linger_s`` of the first send them in one message
-(:class:`~jetcrawl.messages.DiscoveredPages`) instead of one each: on a fast crawl most such
-messages carried a few links, and each cost a stored message and its PubAck, a delivery to the
+(:class:`~jetcrawl.contract.messages.DiscoveredPages`) instead of one each: on a fast crawl most
+such messages carried a few links, and each cost a stored message and its PubAck, a delivery to the
 dispatcher, its ack and its deletion. A link that an earlier page of the same message carries
 for an equal lineage at the same or a smaller depth is left out of the later page: the
 dispatcher's answer for it cannot differ. Each page waits for the PubAck of the message that
@@ -29,10 +29,10 @@ from typing import Protocol
 
 from nats.js.api import PubAck
 
-from jetcrawl.bus import MSG_ID, Outbox, Outgoing, PublishFailed
-from jetcrawl.messages import Discovered, DiscoveredPages, Lineage
-from jetcrawl.topology import DISCOVERED
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.messages import Discovered, DiscoveredPages, Lineage
+from jetcrawl.contract.topology import DISCOVERED
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 
 __all__ = ["MAX_MESSAGE_BYTES", "DiscoveredOutbox", "merged"]
 

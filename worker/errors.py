@@ -1,6 +1,6 @@
 """Exceptions of the worker package.
 
-JetcrawlError                  (jetcrawl.errors)
+JetcrawlError                  (jetcrawl.contract.errors)
 └── WorkerError                base of every error the worker raises on purpose
     └── FetchError             a URL could not be fetched; ``kind`` says why:
             timeout              no connection, no response or no body within the timeouts
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from jetcrawl.errors import JetcrawlError
+from jetcrawl.contract.errors import JetcrawlError
 
 FetchErrorKind = Literal[
     "timeout",

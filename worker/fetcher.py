@@ -16,7 +16,8 @@ not an error) and raises ``FetchError`` when there is no response to record. The
   buffer ahead of the reader, so a compression bomb costs a buffer, not its inflated size.
 - aiohttp, asyncio and socket exceptions are translated once, in ``_fetch_error``.
 
-- The SSRF guard (:mod:`worker.ssrf`) is enforced in ``_open_socket``, which aiohttp calls with
+- The SSRF guard (:mod:`jetcrawl.worker.ssrf`) is enforced in ``_open_socket``, which aiohttp calls
+with
   the address of every TCP connection it makes, whether the host was a name that resolved or an
   IP literal, after DNS and before connect: a refused address is ``blocked`` (not transient).
 """
@@ -37,11 +38,11 @@ from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
 from aiohttp.http_exceptions import ContentEncodingError
 from yarl import URL
 
-from jetcrawl.errors import UrlError
-from jetcrawl.settings import Settings
-from jetcrawl.urls import UrlRules
-from worker.errors import FetchError
-from worker.ssrf import AddressGuard, Blocked
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.urls import UrlRules
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.ssrf import AddressGuard, Blocked
 
 __all__ = ["HTML_TYPES", "KEPT_HEADERS", "TEXT_MAX_REDIRECTS", "Fetched", "Fetcher"]
 

@@ -1,11 +1,11 @@
 """In-progress acks for every task a worker holds, so that no held task outlives AckWait.
 
 A task is held from its pull until it is acked, nak'ed or terminated: while its robots.txt is
-read, while it waits for its host's turn (:mod:`worker.politeness`), and while it is fetched
-(``total_timeout_s`` may exceed AckWait). Every task held for a third of AckWait since its delivery
-or its last in-progress ack gets another, so JetStream never redelivers a task the worker still
-has, and the delivery count stays that of the attempt. A worker that dies stops sending them: its
-tasks come back after AckWait, as before.
+read, while it waits for its host's turn (:mod:`jetcrawl.worker.politeness`), and while it is
+fetched (``total_timeout_s`` may exceed AckWait). Every task held for a third of AckWait since its
+delivery or its last in-progress ack gets another, so JetStream never redelivers a task the worker
+still has, and the delivery count stays that of the attempt. A worker that dies stops sending them:
+its tasks come back after AckWait, as before.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from functools import lru_cache
 
 from selectolax.lexbor import LexborHTMLParser
 
-from jetcrawl.errors import UrlError
-from jetcrawl.urls import LinkCanonicalizer
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.urls import LinkCanonicalizer
 
 __all__ = ["Page", "extract"]
 

@@ -8,8 +8,8 @@ so the worker that owns the shard holds the host's slot for the whole mesh.
 No head-of-line blocking. A task waits for its host's turn as a coroutine that holds no fetch slot
 (``Capacity``): the worker's fetch slots go to whichever host is ready, and a slow host's tasks
 wait beside the fast hosts' instead of in front of them. Waiting tasks are kept alive with
-in-progress acks (:mod:`worker.keepalive`), so they may wait longer than AckWait, and waiting
-costs no JetStream delivery: it is never counted as an attempt.
+in-progress acks (:mod:`jetcrawl.worker.keepalive`), so they may wait longer than AckWait, and
+waiting costs no JetStream delivery: it is never counted as an attempt.
 
 The waiting room is bounded: the pull loops hold at most ``concurrency + waiting_max`` tasks and
 stop pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
@@ -20,9 +20,9 @@ promised to another hand-back of that host. A waiter is chosen once, and while c
 their way out they count as the room being made, so a burst of tasks entering a full holding
 hands back no more, and no later, than one entry would. JetStream counts that nak
 as a delivery, so the worker remembers each task's hand-backs (by stream sequence) and subtracts
-them from the delivery count to get the attempt number (:mod:`worker.crawl`); the task consumers'
-MaxDeliver leaves room for ``max_deferrals`` of them, and a task handed back that often is not
-handed back again. The memory is the owner's: after a crash or a handover a task's earlier
+them from the delivery count to get the attempt number (:mod:`jetcrawl.worker.crawl`); the task
+consumers' MaxDeliver leaves room for ``max_deferrals`` of them, and a task handed back that often
+is not handed back again. The memory is the owner's: after a crash or a handover a task's earlier
 hand-backs count as attempts (it gets fewer retries, never more).
 
 Alternatives not taken: nak'ing every task whose host is not ready (each wait would burn an
@@ -40,8 +40,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jetcrawl.settings import Settings
-from worker.capacity import Capacity
+from jetcrawl.contract.settings import Settings
+from jetcrawl.worker.capacity import Capacity
 
 __all__ = ["Deferred", "Politeness", "Slot", "Turn", "turn_at"]
 

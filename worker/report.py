@@ -1,7 +1,7 @@
 """The worker's report in KV ``crawl_workers``: its waiting room and its hand-backs.
 
-Tasks handed back with ``nak(delay)`` (:mod:`worker.politeness`) are unacked in JetStream and
-held by no worker, so a crawl that waits on them looks stuck from the streams alone. The report
+Tasks handed back with ``nak(delay)`` (:mod:`jetcrawl.worker.politeness`) are unacked in JetStream
+and held by no worker, so a crawl that waits on them looks stuck from the streams alone. The report
 says how many are still due and when the last of them is, for ``jetcrawl status``.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from nats.errors import Error as NatsError
 from nats.js.kv import KeyValue
 
-from jetcrawl.messages import WorkerReport
+from jetcrawl.contract.messages import WorkerReport
 
 __all__ = ["Reporter"]
 

@@ -1,10 +1,11 @@
 """Retry as a pure function of the failure and the attempt.
 
 A failure is a fetch error's kind or a response's status. Worth another attempt: timeouts,
-connection and DNS errors (the transient kinds of :mod:`worker.errors`), robots.txt unavailable,
-5xx, 408 and 429. Anything else (other 4xx, robots denials, non-HTML, too large, blocked, bad
-redirects) is recorded once. ``attempt`` is the task's attempt number, 1 for the first: JetStream's
-delivery count less the politeness hand-backs (:mod:`worker.politeness`), which are not attempts.
+connection and DNS errors (the transient kinds of :mod:`jetcrawl.worker.errors`), robots.txt
+unavailable, 5xx, 408 and 429. Anything else (other 4xx, robots denials, non-HTML, too large,
+blocked, bad redirects) is recorded once. ``attempt`` is the task's attempt number, 1 for the
+first: JetStream's delivery count less the politeness hand-backs
+(:mod:`jetcrawl.worker.politeness`), which are not attempts.
 
 The delay doubles per attempt from ``base_s`` up to ``max_s``, with full jitter in its upper half;
 a server's ``Retry-After`` (429, 503) raises it to at least what the server asked, capped.
@@ -16,7 +17,7 @@ import email.utils
 import random
 from dataclasses import dataclass
 
-from worker.errors import TRANSIENT_KINDS
+from jetcrawl.worker.errors import TRANSIENT_KINDS
 
 __all__ = ["RETRY_STATUSES", "Backoff", "retry_after_s", "retry_delay", "retryable"]
 

@@ -32,9 +32,9 @@ from typing import Literal
 
 from protego import Protego
 
-from jetcrawl.settings import Settings
-from worker.errors import FetchError
-from worker.fetcher import Fetcher
+from jetcrawl.contract.settings import Settings
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.fetcher import Fetcher
 
 __all__ = [
     "FOUND_TTL_S",

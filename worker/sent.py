@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from itertools import islice
 
-from jetcrawl.messages import Lineage
+from jetcrawl.contract.messages import Lineage
 
 __all__ = ["SentLinks"]
 

@@ -7,8 +7,8 @@ sends in-progress acks for the tasks they hold, are tasks of the TaskGroup that 
 open, so nothing outlives the worker.
 
 Two limits, shared by every shard: ``concurrency`` fetches in flight (a task takes a fetch slot
-only for its host's turn, :mod:`worker.politeness`), and ``concurrency + waiting_max`` tasks held
-(pulled and not yet acked: in flight, reading robots.txt or waiting for their host).
+only for its host's turn, :mod:`jetcrawl.worker.politeness`), and ``concurrency + waiting_max``
+tasks held (pulled and not yet acked: in flight, reading robots.txt or waiting for their host).
 """
 
 from __future__ import annotations
@@ -21,29 +21,29 @@ from contextlib import AsyncExitStack
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from jetcrawl.bodies import BodyStore
-from jetcrawl.bus import Outbox, connect
-from jetcrawl.messages import WorkerReport
-from jetcrawl.metrics import WorkerMetrics
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.messages import WorkerReport
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     TASKS_STREAM,
     VALIDATORS_BUCKET,
     WORKERS_BUCKET,
     ensure,
     shard_consumer,
 )
-from otel import NO_TRACING, Tracing
-from worker.capacity import Capacity
-from worker.crawl import CrawlStats, Ownership, TaskProcessor
-from worker.fetcher import Fetcher
-from worker.keepalive import KeepAlive
-from worker.politeness import Politeness
-from worker.report import Reporter, wall_time
-from worker.robots import Robots
-from worker.shards import ShardPuller
-from worker.telemetry import TaskTelemetry
-from worker.validators import Validators
+from jetcrawl.otel import NO_TRACING, Tracing
+from jetcrawl.plumbing.bodies import BodyStore
+from jetcrawl.plumbing.bus import Outbox, connect
+from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.worker.capacity import Capacity
+from jetcrawl.worker.crawl import CrawlStats, Ownership, TaskProcessor
+from jetcrawl.worker.fetcher import Fetcher
+from jetcrawl.worker.keepalive import KeepAlive
+from jetcrawl.worker.politeness import Politeness
+from jetcrawl.worker.report import Reporter, wall_time
+from jetcrawl.worker.robots import Robots
+from jetcrawl.worker.shards import ShardPuller
+from jetcrawl.worker.telemetry import TaskTelemetry
+from jetcrawl.worker.validators import Validators
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """One owned shard: a pull loop on its ``shard-<n>`` consumer.
 
 It fetches only while the worker can hold more tasks, as many as it has room for (the worker's
-``holding``: tasks in flight plus tasks waiting for their host, :mod:`worker.politeness`), and
-takes a place for each task before starting it. Each held task is kept alive with in-progress
-acks (:mod:`worker.keepalive`). Each message becomes a task in the puller's own TaskGroup, so
-"drained" means the group has exited. Stopping is graceful by default — stop fetching, finish
+``holding``: tasks in flight plus tasks waiting for their host, :mod:`jetcrawl.worker.politeness`),
+and takes a place for each task before starting it. Each held task is kept alive with in-progress
+acks (:mod:`jetcrawl.worker.keepalive`). Each message becomes a task in the puller's own TaskGroup,
+so "drained" means the group has exited. Stopping is graceful by default — stop fetching, finish
 what was fetched — which hands a shard over with no redelivery; ``abandon()`` (lease lost) stops
 fetching and hands back what was not started, waiting tasks included.
 """
@@ -19,10 +19,10 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.pull import Cut, end_requests, pull
-from worker.capacity import Capacity
-from worker.crawl import Ownership
-from worker.keepalive import KeepAlive
+from jetcrawl.plumbing.pull import Cut, end_requests, pull
+from jetcrawl.worker.capacity import Capacity
+from jetcrawl.worker.crawl import Ownership
+from jetcrawl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from jetcrawl.settings import Settings
+from jetcrawl.contract.settings import Settings
 
 __all__ = ["AddressGuard", "Blocked", "refusal"]
 

@@ -26,15 +26,15 @@ from typing import TypeVar
 from nats.aio.msg import Msg
 from opentelemetry.trace import Span, get_current_span, use_span
 
-from jetcrawl.bus import MSG_ID
-from jetcrawl.messages import Result
-from jetcrawl.metrics import WorkerMetrics
-from jetcrawl.topology import shard_consumer
-from otel import Tracing, current_trace_id
-from otel.spans import consumer_span, end_http_client, fail, http_client_span
-from worker.errors import FetchError
-from worker.fetcher import Fetched
-from worker.robots import RobotsVerdict
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.topology import shard_consumer
+from jetcrawl.otel import Tracing, current_trace_id
+from jetcrawl.otel.spans import consumer_span, end_http_client, fail, http_client_span
+from jetcrawl.plumbing.bus import MSG_ID
+from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.fetcher import Fetched
+from jetcrawl.worker.robots import RobotsVerdict
 
 __all__ = ["TaskTelemetry"]
 

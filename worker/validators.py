@@ -11,7 +11,7 @@ import orjson
 from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from worker.fetcher import Fetched
+from jetcrawl.worker.fetcher import Fetched
 
 
 class Validators:

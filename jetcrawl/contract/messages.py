@@ -6,12 +6,11 @@ JSON list of objects (or URL strings). :func:`decode_seeds` splits a body into v
 per-item rejects, so one bad line never costs the good ones.
 
 Internal messages are strict about types and about the major version, lenient about unknown fields.
-A decoding failure raises :class:`~jetcrawl.errors.MessageError` with a short ``reason``.
+A decoding failure raises :class:`~jetcrawl.contract.errors.MessageError` with a short ``reason``.
 """
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,66 +18,20 @@ from typing import Any, Self
 
 import orjson
 
-from jetcrawl.errors import MessageError
-from jetcrawl.settings import SCOPES
-from jetcrawl.urls import fingerprint
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.settings import SCOPES
+from jetcrawl.contract.urls import fingerprint
+from jetcrawl.contract.wire import WIRE_VERSION
+from jetcrawl.contract.wire import check_version as _check_version
+from jetcrawl.contract.wire import json_object as _object
+from jetcrawl.contract.wire import typed as _field
 
-WIRE_VERSION = 1
 DEFAULT_JOB = "default"
 JOB_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job"})
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise MessageError("invalid_json", str(e)) from None
-
-
-def _object(data: bytes) -> dict[str, Any]:
-    obj = _loads(data)
-    if not isinstance(obj, dict):
-        raise MessageError("wrong_type", f"expected a JSON object, got {type(obj).__name__}")
-    _check_version(obj)
-    return obj
-
-
-def _check_version(obj: dict[str, Any], required: bool = True) -> None:
-    v = obj.get("v")
-    if v is None and not required:
-        return
-    if type(v) is not int:
-        raise MessageError("missing_version" if v is None else "wrong_type", f"v={v!r}")
-    if v != WIRE_VERSION:
-        raise MessageError(
-            "unknown_version", f"major version {v} (this build speaks {WIRE_VERSION})"
-        )
-
-
-def _field(
-    obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
-) -> Any:
-    if name not in obj or obj[name] is None:
-        if optional:
-            return None
-        raise MessageError("missing_field", name)
-    value = obj[name]
-    # bool is an int subclass; a depth of `true` is a wrong type.
-    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise MessageError("wrong_type", f"{name}={value!r}")
-    return value
-
-
-def _sequences(obj: dict[str, Any], name: str) -> tuple[int, ...]:
-    """An optional list of stream sequences (positive ints)."""
-    values = _field(obj, name, list, optional=True) or []
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise MessageError("wrong_type", f"{name} must be stream sequences, got {values!r}")
-    return tuple(values)
 
 
 def _depth(obj: dict[str, Any], name: str, optional: bool = False) -> int | None:
@@ -368,88 +321,6 @@ class DiscoveredPages:
         if not all(isinstance(page, dict) for page in pages):
             raise MessageError("wrong_type", "pages must be JSON objects")
         return cls(tuple(Discovered.from_obj(page) for page in pages))
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A record on ``crawl.dead.<stage>``: what was rejected, why, and (bounded) what it was."""
-
-    stage: str
-    reason: str
-    detail: str
-    subject: str
-    received_at: float
-    original: bytes
-    original_size: int
-    stream_seq: int | None = None
-    # A frontier message's: the frontier sequences whose seen marks it may own (its own, and
-    # those of the letters it was replayed from), for its replay to publish their tasks.
-    origins: tuple[int, ...] = ()
-
-    @classmethod
-    def of(
-        cls,
-        stage: str,
-        reason: str,
-        detail: str,
-        subject: str,
-        received_at: float,
-        original: bytes,
-        max_bytes: int,
-        stream_seq: int | None = None,
-        origins: tuple[int, ...] = (),
-    ) -> Self:
-        return cls(
-            stage,
-            reason,
-            detail,
-            subject,
-            received_at,
-            original[:max_bytes],
-            len(original),
-            stream_seq,
-            origins,
-        )
-
-    def to_wire(self) -> bytes:
-        try:
-            original: dict[str, Any] = {"original": self.original.decode("utf-8")}
-        except UnicodeDecodeError:
-            original = {"original_b64": base64.b64encode(self.original).decode("ascii")}
-        return orjson.dumps(
-            {
-                "v": WIRE_VERSION,
-                "stage": self.stage,
-                "reason": self.reason,
-                "detail": self.detail,
-                "subject": self.subject,
-                "received_at": self.received_at,
-                "original_size": self.original_size,
-                "truncated": self.original_size > len(self.original),
-                "stream_seq": self.stream_seq,
-            }
-            | ({"origins": list(self.origins)} if self.origins else {})
-            | original
-        )
-
-    @classmethod
-    def from_wire(cls, data: bytes) -> Self:
-        obj = _object(data)
-        if "original_b64" in obj:
-            original = base64.b64decode(_field(obj, "original_b64", str))
-        else:
-            original = _field(obj, "original", str).encode("utf-8")
-        return cls(
-            stage=_field(obj, "stage", str),
-            reason=_field(obj, "reason", str),
-            detail=_field(obj, "detail", str),
-            subject=_field(obj, "subject", str),
-            received_at=float(_field(obj, "received_at", (int, float))),
-            original=original,
-            original_size=_field(obj, "original_size", int),
-            stream_seq=_field(obj, "stream_seq", int, optional=True),
-            origins=_sequences(obj, "origins"),
-        )
 
 
 OUTCOMES = ("fetched", "robots_disallowed", "failed")

@@ -1,6 +1,6 @@
 """Dead letters: the stages of ``CRAWL_DEAD``, listing them, replaying them.
 
-A dead letter is a :class:`~jetcrawl.messages.DeadLetter` on ``crawl.dead.<stage>``:
+A dead letter is a :class:`~jetcrawl.contract.messages.DeadLetter` on ``crawl.dead.<stage>``:
 
     seeds, discovered, frontier   input the dispatcher could not read (dispatcher/intake.py)
     frontier  also (reason ``max_deliveries``) a frontier message the dispatchers could not admit
@@ -45,33 +45,26 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from jetcrawl.bus import connect
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import DeadLetter
-from jetcrawl.pull import pull
-from jetcrawl.settings import Settings
-from jetcrawl.topology import DEAD_PREFIX, DEAD_STREAM, TASKS_PREFIX, dead_subject
+from jetcrawl.contract.deadletters import (
+    ORIGIN_HEADER,
+    REPLAY_HEADER,
+    TASK_STAGES,
+    DeadLetter,
+)
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import DEAD_PREFIX, DEAD_STREAM, TASKS_PREFIX, dead_subject
+from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.pull import pull
 
 __all__ = [
-    "ORIGIN_HEADER",
-    "REPLAY_HEADER",
-    "STAGE_FETCH",
-    "STAGE_POISON",
-    "STAGE_TASK",
     "Letter",
     "ReplayReport",
-    "origins_of",
     "read_letters",
     "replay",
     "run_command",
 ]
 
-REPLAY_HEADER = "Jetcrawl-Replay"
-ORIGIN_HEADER = "Jetcrawl-Origin"  # a replayed frontier message's earlier sequences: "12,345"
-STAGE_TASK = "task"
-STAGE_FETCH = "fetch"
-STAGE_POISON = "poison"
-TASK_STAGES = frozenset({STAGE_TASK, STAGE_FETCH, STAGE_POISON})
 
 _BATCH = 256
 _FETCH_WAIT_S = 1.0
@@ -144,21 +137,6 @@ async def read_letters(
     finally:
         await sub.unsubscribe()
     return out
-
-
-def origins_of(headers: dict[str, str] | None) -> tuple[int, ...]:
-    """The frontier sequences a replayed frontier message came from (``ORIGIN_HEADER``); none
-    for any other message. Raises :class:`MessageError` for a header that is no such list."""
-    value = (headers or {}).get(ORIGIN_HEADER)
-    if value is None:
-        return ()
-    try:
-        origins = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        origins = ()
-    if not origins or min(origins) < 1:
-        raise MessageError("bad_header", f"{ORIGIN_HEADER}: {value!r} is no list of sequences")
-    return origins
 
 
 async def replay(js: JetStreamContext, letters: Iterable[Letter]) -> ReplayReport:

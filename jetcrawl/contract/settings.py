@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
-from jetcrawl.errors import SettingsError
+from jetcrawl.contract.errors import SettingsError
 
 ENV_PREFIX = "JETCRAWL_"
 

@@ -1,8 +1,8 @@
 """A service's HTTP endpoint on ``metrics_port``: ``/metrics``, ``/healthz``, ``/readyz``.
 
 ``/healthz``  200 while the process and its event loop run (a liveness probe).
-``/readyz``   200 when every readiness check (:mod:`jetcrawl.health`) passes, else 503; the JSON
-              body names each check and why it fails.
+``/readyz``   200 when every readiness check (:mod:`jetcrawl.plumbing.health`) passes, else
+              503; the JSON body names each check and why it fails.
 ``/metrics``  the service's Prometheus registry, in the format the scraper asks for.
 
 The endpoint is an aiohttp app the service runs beside its work and closes when it stops.
@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from jetcrawl.health import Readiness
+from jetcrawl.plumbing.health import Readiness
 
 __all__ = ["Endpoint"]
 

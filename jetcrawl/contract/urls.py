@@ -35,11 +35,11 @@ from urllib.parse import SplitResult, quote, unquote, urlsplit
 import idna
 from publicsuffixlist import PublicSuffixList
 
-from jetcrawl.errors import UrlError
-from jetcrawl.settings import DEFAULT_TRACKING_PARAMS
+from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.settings import DEFAULT_TRACKING_PARAMS
 
 if TYPE_CHECKING:
-    from jetcrawl.settings import Settings
+    from jetcrawl.contract.settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",

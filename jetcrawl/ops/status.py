@@ -27,11 +27,10 @@ import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
-from jetcrawl.bus import connect
-from jetcrawl.errors import MessageError
-from jetcrawl.messages import WorkerReport
-from jetcrawl.settings import Settings
-from jetcrawl.topology import (
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.messages import WorkerReport
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import (
     DEAD_STREAM,
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
@@ -42,7 +41,8 @@ from jetcrawl.topology import (
     WORKERS_STREAM,
     shard_consumer,
 )
-from registry import read_members, read_ownership
+from jetcrawl.plumbing.bus import connect
+from jetcrawl.registry import read_members, read_ownership
 
 __all__ = ["Rates", "ShardRow", "Status", "WorkerRow", "read_status", "run_status"]
 
@@ -85,7 +85,7 @@ class JobCounts:
 
 async def count_job(js: JetStreamContext, job: str) -> JobCounts:
     """One job's results by outcome; reads every result record, so it costs O(results)."""
-    from jetcrawl.results import Query, read_results
+    from jetcrawl.ops.results import Query, read_results
 
     by_outcome: dict[str, int] = {}
     async for result, _ in read_results(js, Query(job=job)):

@@ -1,4 +1,4 @@
-"""A service's readiness: named checks that ``/readyz`` (:mod:`jetcrawl.endpoint`) answers.
+"""A service's readiness: named checks that ``/readyz`` (:mod:`jetcrawl.plumbing.endpoint`) answers.
 
 The service adds its checks as its parts come up (NATS connected and the topology present; for a
 worker, registered in etcd with etcd answering), so a service still starting is alive but not
@@ -15,8 +15,8 @@ from typing import Protocol
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
-from jetcrawl.settings import Settings
-from jetcrawl.topology import FRONTIER_STREAM, SHARDS_METADATA_KEY, TASKS_STREAM
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import FRONTIER_STREAM, SHARDS_METADATA_KEY, TASKS_STREAM
 
 __all__ = ["Readiness", "nats_ready", "registry_ready"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 
-from jetcrawl.topology import (
+from jetcrawl.contract.topology import (
     ADVISORIES_STREAM,
     DEAD_STREAM,
     DISPATCH_CONSUMER,

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
@@ -37,22 +37,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 
-from jetcrawl.embedded import libc_prctl, parent_death_hook
+from jetcrawl.local.embedded import libc_prctl, parent_death_hook
 
 __all__ = ["Launch", "Prefork", "Service", "fork_safe", "process_name", "spawn"]
 
 log = logging.getLogger(__name__)
 
 ROLES = ("dispatcher", "worker")
+# What a forked service runs: the CLI's main, given by the CLI (this module sits below it).
+Entry = Callable[[list[str]], int]
 # What the services import that the command does not: imported once, before the fork.
 PRELOAD = (
     "aiohttp.client",  # not the LazyLoader placeholder that defer_aiohttp() leaves
-    "dispatcher",
-    "worker",
-    "registry",
-    "jetcrawl.health",
-    "jetcrawl.metrics",
-    "otel",
+    "jetcrawl.dispatcher",
+    "jetcrawl.worker",
+    "jetcrawl.registry",
+    "jetcrawl.plumbing.health",
+    "jetcrawl.plumbing.metrics",
+    "jetcrawl.otel",
     "uvloop",
 )
 READY_TIMEOUT_S = 10.0  # for a forked service to say it is ready
@@ -131,8 +133,8 @@ class _Slot:
 class Prefork:
     """Service processes forked now, each started later by :meth:`launch` or ended by ``close``.
 
-    ``Prefork.start(roles)`` returns None where forking is not safe; the caller spawns instead.
-    A context manager: leaving it ends every service not launched (launched ones belong to
+    ``Prefork.start(roles, entry)`` returns None where forking is not safe; the caller spawns
+    instead. A context manager: leaving it ends every service not launched (launched ones belong to
     whoever launched them).
     """
 
@@ -140,7 +142,7 @@ class Prefork:
         self._slots = slots
 
     @classmethod
-    def start(cls, roles: Sequence[str]) -> Prefork | None:
+    def start(cls, roles: Sequence[str], entry: Entry) -> Prefork | None:
         for role in roles:
             if role not in ROLES:
                 raise ValueError(f"not a service: {role!r}")
@@ -160,7 +162,7 @@ class Prefork:
             inherited = (*(slot.conn for slot in slots), ours)
             process = context.Process(
                 target=_serve,
-                args=(role, parent, theirs, inherited),
+                args=(role, parent, theirs, inherited, entry),
                 name=process_name(role),
                 daemon=True,
             )
@@ -278,8 +280,11 @@ class Forked:
 # ---------------------------------------------------------------- in the child
 
 
-def _serve(role: str, parent: int, conn: Connection, inherited: tuple[Connection, ...]) -> None:
-    """A forked service: wait for its launch, then be ``jetcrawl <role>`` until it ends."""
+def _serve(
+    role: str, parent: int, conn: Connection, inherited: tuple[Connection, ...], entry: Entry
+) -> None:
+    """A forked service: wait for its launch, then be ``entry(argv)`` (``jetcrawl <role>``)
+    until it ends."""
     _name_this_process(process_name(role))
     if _DIE_WITH_US is not None:
         _DIE_WITH_US()
@@ -300,9 +305,7 @@ def _serve(role: str, parent: int, conn: Connection, inherited: tuple[Connection
         return
     _become(launch)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from jetcrawl.cli import main
-
-    sys.exit(main(list(launch.argv)))
+    sys.exit(entry(list(launch.argv)))
 
 
 def _become(launch: Launch) -> None:

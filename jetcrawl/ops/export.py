@@ -23,8 +23,8 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from jetcrawl import __version__
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.messages import Result
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.messages import Result
 
 FORMATS = ("jsonl", "warc")
 # Headers that described the transfer, not the payload we kept (decoded, whole).

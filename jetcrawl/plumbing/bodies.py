@@ -16,8 +16,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.topology import BODIES_BUCKET
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.topology import BODIES_BUCKET
 
 
 class BodyNotFound(JetcrawlError):

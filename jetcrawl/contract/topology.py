@@ -31,9 +31,9 @@ from nats.js.api import (
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from jetcrawl import PROTOCOL_VERSION
-from jetcrawl.errors import ShardCountMismatch, TopologyError, TopologyUnavailable
-from jetcrawl.settings import Settings
+from jetcrawl.contract import PROTOCOL_VERSION
+from jetcrawl.contract.errors import ShardCountMismatch, TopologyError, TopologyUnavailable
+from jetcrawl.contract.settings import Settings
 
 # --- subjects
 SEEDS = "crawl.seeds"
@@ -175,7 +175,7 @@ class Topology:
             _kv_stream(
                 VALIDATORS_BUCKET, "ETag and Last-Modified for re-crawls", storage, replicas
             ),
-            # Page bodies, when kept (gzip-compressed by jetcrawl.bodies): the object store
+            # Page bodies, when kept (gzip-compressed by jetcrawl.plumbing.bodies): the object store
             # nats-py's create_object_store would make.
             StreamConfig(
                 name=BODIES_STREAM,

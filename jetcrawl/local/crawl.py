@@ -3,9 +3,9 @@
 Starts nats-server and etcd from their wheels in a temporary directory (unless URLs of running
 ones are given), creates the topology, publishes the seeds, runs one dispatcher and N worker
 processes (``jetcrawl dispatcher|worker``, the very services compose runs, forked from this
-command or started as new interpreters: :mod:`jetcrawl.services`), streams the
+command or started as new interpreters: :mod:`jetcrawl.local.services`), streams the
 results into the output file as they arrive, shows progress, and stops when the crawl is drained
-(:mod:`jetcrawl.drain`). Every child is stopped on the way out, on success, error or Ctrl-C.
+(:mod:`jetcrawl.local.drain`). Every child is stopped on the way out, on success, error or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,17 +31,18 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from jetcrawl.bodies import BodyNotFound, BodyStore
-from jetcrawl.bus import connect
-from jetcrawl.drain import WATCHED_STREAMS, Snapshot, snapshot
-from jetcrawl.embedded import EtcdServer, NatsServer
-from jetcrawl.errors import JetcrawlError, MessageError
-from jetcrawl.export import Sink, open_sink
-from jetcrawl.messages import DeadLetter, ResultHead
-from jetcrawl.pull import Cut, pull
-from jetcrawl.services import Launch, Prefork, Service, spawn
-from jetcrawl.settings import Settings
-from jetcrawl.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.contract.deadletters import DeadLetter
+from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.messages import ResultHead
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.local.drain import WATCHED_STREAMS, Snapshot, snapshot
+from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.local.services import Launch, Prefork, Service, spawn
+from jetcrawl.ops.export import Sink, open_sink
+from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
+from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.pull import Cut, pull
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ SNAPSHOT_EVERY_S = 0.5
 # After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
 # comes sooner: the crawl ends ~0.7 s earlier (the bench site, 3,000 pages). Drained is still
 # two snapshots that agree, whatever their interval: work in flight is always visible in one
-# (jetcrawl.drain).
+# (jetcrawl.local.drain).
 SETTLE_CHECK_S = 0.1
 # A snapshot with at most this much left (queued, in flight) means the crawl may be over by the
 # next look: the next ones come SETTLE_CHECK_S apart too, for NEARLY_IDLE_FOR_S at most, so a
@@ -140,7 +141,7 @@ async def crawl(
     """Run the crawl to the end; raises :class:`Interrupted` or :class:`CrawlFailed`.
 
     The services are ``prefork``'s where it has them (forked before this loop started, see
-    :mod:`jetcrawl.services`), else new processes.
+    :mod:`jetcrawl.local.services`), else new processes.
     """
     interrupt = interrupt or Interrupt()
     started = time.monotonic()
@@ -219,8 +220,8 @@ async def _wait_for_workers(
     settings: Settings, workers: int, children: Children, interrupt: Interrupt
 ) -> None:
     """Until the workers own every shard between them, balanced (bounded: then go anyway)."""
-    from registry import read_ownership
-    from registry.etcd import Etcd
+    from jetcrawl.registry import read_ownership
+    from jetcrawl.registry.etcd import Etcd
 
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
     async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:

@@ -44,7 +44,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StorageType
 from nats.js.errors import BadRequestError, ServerError, ServiceUnavailableError
 
-from jetcrawl.errors import JetcrawlError
+from jetcrawl.contract.errors import JetcrawlError
 
 __all__ = ["EmbeddedServerError", "EtcdServer", "NatsCluster", "NatsServer"]
 

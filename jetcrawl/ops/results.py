@@ -24,14 +24,14 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from jetcrawl.bodies import BodyNotFound, BodyStore
-from jetcrawl.bus import connect
-from jetcrawl.errors import JetcrawlError, MessageError
-from jetcrawl.export import format_for, open_sink
-from jetcrawl.messages import Result
-from jetcrawl.pull import pull
-from jetcrawl.settings import Settings
-from jetcrawl.topology import RESULTS_PREFIX, RESULTS_STREAM
+from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.messages import Result
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import RESULTS_PREFIX, RESULTS_STREAM
+from jetcrawl.ops.export import format_for, open_sink
+from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
+from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.pull import pull
 
 log = logging.getLogger(__name__)
 

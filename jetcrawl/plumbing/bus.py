@@ -28,10 +28,10 @@ from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 from opentelemetry.trace import Span, Tracer, get_current_span, set_span_in_context
 
-from jetcrawl.errors import JetcrawlError
-from jetcrawl.settings import Settings
-from otel.propagation import TRACEPARENT, inject
-from otel.spans import end_producer, producer_span
+from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.otel.propagation import TRACEPARENT, inject
+from jetcrawl.otel.spans import end_producer, producer_span
 
 log = logging.getLogger(__name__)
 

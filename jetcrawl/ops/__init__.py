@@ -1,0 +1,9 @@
+"""Operator commands over a running mesh.
+
+status.py     ``jetcrawl status``: workers, shards, backlogs, hand-backs, rates
+results.py    ``jetcrawl results``: read and filter the results stream
+dlq.py        ``jetcrawl dlq``: list and replay dead letters
+export.py     result records as JSONL, CSV or WARC
+"""
+
+__all__: list[str] = []  # import the modules by name
