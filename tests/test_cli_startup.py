@@ -14,7 +14,7 @@ from tests.streams import eventually
 # Run in a fresh interpreter: the test process has aiohttp loaded already.
 PROBE = """
 import sys
-from jetcrawl.cli import defer_aiohttp
+from jetcrawl.cli.runtime import defer_aiohttp
 defer_aiohttp()
 import {modules}
 loaded = type(sys.modules["aiohttp"]).__name__ == "module"

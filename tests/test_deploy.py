@@ -44,8 +44,8 @@ from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeoutError
 from opentelemetry.sdk import environment_variables as otel_variables
 
-from jetcrawl.cli import apply_topology as cli_apply_topology
 from jetcrawl.cli import build_parser
+from jetcrawl.cli.commands import apply_topology as cli_apply_topology
 from jetcrawl.contract.errors import TopologyError
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings

@@ -1,5 +1,5 @@
-"""jetcrawl/drain.py: the snapshot's shortcut through stream counts never hides a settled crawl;
-jetcrawl/crawl.py's cadence of snapshots."""
+"""jetcrawl/local/drain.py: the snapshot's shortcut through stream counts never hides a settled
+crawl; the cadence of snapshots."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import TASKS_STREAM, ensure, shard_consumer, task_subject
-from jetcrawl.local.crawl import (
+from jetcrawl.local.drain import (
     NEARLY_IDLE,
     NEARLY_IDLE_FOR_S,
     SETTLE_CHECK_S,
     SNAPSHOT_EVERY_S,
     Cadence,
+    Snapshot,
+    snapshot,
 )
-from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
 from tests.streams import eventually
 

@@ -28,6 +28,17 @@ from jetcrawl.contract.topology import (
 
 WATCHED_STREAMS = (FRONTIER_STREAM, TASKS_STREAM, RESULTS_STREAM, DEAD_STREAM)
 
+SNAPSHOT_EVERY_S = 0.5
+# After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
+# comes sooner, so the crawl ends sooner. Drained is still two snapshots that agree, whatever
+# their interval: work in flight is always visible in one.
+SETTLE_CHECK_S = 0.1
+# A snapshot with at most this much left (queued, in flight) means the crawl may be over by the
+# next look: the next ones come SETTLE_CHECK_S apart too, for NEARLY_IDLE_FOR_S at most, so a
+# crawl that keeps a small backlog for long is not asked ten times a second.
+NEARLY_IDLE = 8
+NEARLY_IDLE_FOR_S = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -89,3 +100,22 @@ async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None 
         results=counts[RESULTS_STREAM],
         dead=counts[DEAD_STREAM],
     )
+
+
+class Cadence:
+    """How long until the next snapshot of a crawl that is not drained yet."""
+
+    def __init__(self) -> None:
+        self._nearly_idle_since: float | None = None
+
+    def next_in(self, snap: Snapshot, now: float) -> float:
+        if snap.idle:
+            return SETTLE_CHECK_S
+        if snap.frontier_backlog + snap.task_backlog > NEARLY_IDLE:
+            self._nearly_idle_since = None
+            return SNAPSHOT_EVERY_S
+        if self._nearly_idle_since is None:
+            self._nearly_idle_since = now
+        if now - self._nearly_idle_since < NEARLY_IDLE_FOR_S:
+            return SETTLE_CHECK_S
+        return SNAPSHOT_EVERY_S

@@ -1,0 +1,190 @@
+"""What each ``jetcrawl`` subcommand does; the parser (:mod:`jetcrawl.cli.parser`) names them.
+
+Each takes the parsed arguments and returns the exit status. Heavy modules are imported inside
+the command that needs them, so a short command loads only its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+
+from jetcrawl.cli.runtime import on_signals, run_async, tune_gc
+from jetcrawl.cli.services import run_dispatcher, run_worker
+from jetcrawl.cli.settings import settings_from
+from jetcrawl.contract.settings import ENV_PREFIX, Settings
+
+if TYPE_CHECKING:
+    from jetcrawl.local.services import Entry, Prefork
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from jetcrawl.contract.topology import as_cli_json
+
+    if args.apply:
+        return int(run_async(lambda: apply_topology(settings_from(args))))
+    doc = as_cli_json(settings_from(args))
+    if args.write is None:
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    out: Path = args.write
+    out.mkdir(parents=True, exist_ok=True)
+    for name, config in doc["streams"].items():
+        path = out / f"stream-{name}.json"
+        path.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+        print(f"nats stream add {name} --config {path}")
+    for entry in doc["consumers"].values():
+        stream, name = entry["stream"], entry["config"]["durable_name"]
+        path = out / f"consumer-{stream}-{name}.json"
+        path.write_bytes(orjson.dumps(entry["config"], option=orjson.OPT_INDENT_2))
+        print(f"nats consumer add {stream} {name} --config {path}")
+    return 0
+
+
+async def apply_topology(settings: Settings) -> int:
+    """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
+    from jetcrawl.contract.topology import Topology, ensure
+    from jetcrawl.plumbing.bus import connect
+
+    settings = settings.replace(create_topology=True)
+    nc = await connect(settings, "jetcrawl-topology")
+    try:
+        await ensure(nc.jetstream(), settings)
+    finally:
+        await nc.close()
+    topology = Topology.from_settings(settings)
+    print(
+        f"topology applied: {len(topology.streams)} streams, "
+        f"{len(topology.consumers)} consumers, {settings.shards} shards"
+    )
+    return 0
+
+
+def cmd_dispatcher(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    run_async(lambda: run_dispatcher(settings))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    run_async(lambda: run_worker(settings))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    return int(run_async(lambda: _status(settings, args)))
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    """``args.entry`` is the CLI's main: what the crawl's forked services run."""
+    settings = settings_from(args)
+    with _prefork(settings, args.workers, args.entry) as prefork:
+        return int(run_async(lambda: _crawl(settings, args, prefork)))
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    return int(run_async(lambda: _results(settings, args)))
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    return int(run_async(lambda: _dlq(settings, args)))
+
+
+async def _status(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.status import run_status as show
+
+    task = asyncio.current_task()
+    assert task is not None
+    on_signals(task.cancel)
+    try:
+        await show(
+            settings, watch_s=args.watch, interval_s=args.interval, as_json=args.json, job=args.job
+        )
+    except asyncio.CancelledError:
+        return 0 if args.watch is not None else 130
+    return 0
+
+
+def _prefork(
+    settings: Settings, workers: int, entry: Entry
+) -> contextlib.AbstractContextManager[Prefork | None]:
+    """The crawl's services forked now, before the event loop, where ``local_fork`` and the
+    platform allow (see :mod:`jetcrawl.local.services`); else nothing, and they are spawned."""
+    if not settings.local_fork:
+        return contextlib.nullcontext()
+    from jetcrawl.local.services import Prefork
+
+    prefork = Prefork.start(["dispatcher", *["worker"] * workers], entry)
+    return prefork if prefork is not None else contextlib.nullcontext()
+
+
+async def _crawl(
+    settings: Settings, args: argparse.Namespace, prefork: Prefork | None = None
+) -> int:
+    from jetcrawl.local.crawl import CrawlRequest, Interrupt, Interrupted, crawl
+    from jetcrawl.ops.export import format_for
+
+    tune_gc()
+
+    request = CrawlRequest(
+        seeds=tuple(args.seeds),
+        workers=args.workers,
+        output=args.output,
+        format=format_for(args.output),
+        max_depth=args.max_depth,
+        scope=args.scope,
+        job=args.job,
+        local_shards=None if _shards_chosen(args) else args.workers,
+    )
+    interrupt = Interrupt()
+    on_signals(interrupt)
+    try:
+        summary = await crawl(settings, request, interrupt, prefork)
+    except Interrupted:
+        print("jetcrawl: interrupted; every service was stopped", file=sys.stderr)
+        return 130
+    print(summary.line())
+    if args.output:
+        print(f"results written to {args.output}")
+    if summary.results == 0 and summary.dead_letters:
+        print("jetcrawl: no seed was accepted (see the dead letters above)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _shards_chosen(args: argparse.Namespace) -> bool:
+    return args.shards is not None or f"{ENV_PREFIX}SHARDS" in os.environ
+
+
+async def _results(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.results import Query, export_results, parse_since
+
+    query = Query(
+        job=args.job,
+        since=parse_since(args.since) if args.since else None,
+        follow=args.follow,
+    )
+    stop = asyncio.Event()  # an event, not a cancellation: see jetcrawl.local.interrupt.Interrupt
+    on_signals(stop.set)
+    written, skipped = await export_results(settings, query, args.output, args.format, stop)
+    print(f"{written} records written, {skipped} without a WARC form skipped", file=sys.stderr)
+    return 130 if stop.is_set() and not args.follow else 0
+
+
+async def _dlq(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.dlq import run_command
+
+    return await run_command(
+        settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)
+    )

@@ -1,0 +1,158 @@
+"""The ``jetcrawl`` command line: every subcommand's flags, and the settings they make.
+
+Each subcommand names the function that runs it (``set_defaults(func=...)``, in
+:mod:`jetcrawl.cli.commands`); flags that are settings override the ``JETCRAWL_*`` variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jetcrawl import __version__
+from jetcrawl.cli import commands
+
+DESCRIPTION = "A distributed web crawler on NATS JetStream and etcd."
+
+
+def _connection_flags(p: argparse.ArgumentParser, etcd: bool = False) -> None:
+    p.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+    if etcd:
+        p.add_argument("--etcd", dest="etcd_url", help="etcd endpoint, http://host:port")
+        p.add_argument("--cluster", help="name of this crawl cluster in etcd")
+    p.add_argument(
+        "--shards", type=positive, help="shard count (fixed when the topology is created)"
+    )
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jetcrawl", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"jetcrawl {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("topology", help="print stream and consumer definitions as JSON")
+    p.set_defaults(func=commands.cmd_topology)
+    p.add_argument("--shards", type=int, help="shard count")
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="create or update them on the server instead (as a NATS user that may)",
+    )
+    p.add_argument("--nats", dest="nats_url", help="NATS server URL(s) for --apply")
+    p.add_argument(
+        "--write",
+        metavar="DIR",
+        type=Path,
+        help="write one --config file per stream and consumer into DIR and print the nats commands",
+    )
+
+    p = sub.add_parser("dispatcher", help="run a dispatcher")
+    p.set_defaults(func=commands.cmd_dispatcher)
+    _connection_flags(p)
+    _metrics_flag(p)
+
+    p = sub.add_parser("worker", help="run a worker")
+    p.set_defaults(func=commands.cmd_worker)
+    _connection_flags(p, etcd=True)
+    p.add_argument("--id", dest="worker_id", help="worker id (default: host-pid-random)")
+    p.add_argument("--concurrency", type=positive, help="tasks in flight at most")
+    _crawl_limits(p)
+    _metrics_flag(p)
+
+    p = sub.add_parser("status", help="show workers, shards, backlogs, results and rates")
+    p.set_defaults(func=commands.cmd_status)
+    _connection_flags(p, etcd=True)
+    p.add_argument("--job", help="also count this job's results by outcome (reads them all)")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=float,
+        metavar="SECONDS",
+        help="show it again every SECONDS (default 2) until interrupted",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="without --watch: measure rates over this long (default 1; 0: no rates)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object (per line with --watch)")
+
+    p = sub.add_parser("crawl", help="crawl on one machine and write the results")
+    p.set_defaults(func=commands.cmd_crawl)
+    p.add_argument("seeds", nargs="+", metavar="SEED", help="start URL(s)")
+    _connection_flags(p, etcd=True)
+    p.add_argument("--workers", type=positive, default=2, help="worker processes (default 2)")
+    p.add_argument("--concurrency", type=positive, help="tasks in flight per worker")
+    p.add_argument("--max-pages", dest="max_pages", type=positive, help="admit at most N URLs")
+    p.add_argument(
+        "--max-depth", dest="max_depth", type=non_negative, help="link depth from the seeds"
+    )
+    p.add_argument("--scope", choices=["host", "domain", "any"], help="default: host")
+    p.add_argument("--job", help="job name for the seeds (default: default)")
+    p.add_argument("--output", type=Path, help="write one JSON line per result here")
+    _crawl_limits(p)
+    _results_parser(sub)
+    _dlq_parser(sub)
+    return parser
+
+
+def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("dlq", help="list or replay dead letters (CRAWL_DEAD)")
+    p.set_defaults(func=commands.cmd_dlq)
+    actions = p.add_subparsers(dest="dlq_action", required=True, metavar="ACTION")
+    for name, text in [("list", "show dead letters"), ("replay", "send them back, then drop them")]:
+        a = actions.add_parser(name, help=text)
+        a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        a.add_argument("--stage", help="only this stage: seeds, discovered, task, fetch, poison")
+        a.add_argument("--reason", help="only this reason (max_deliveries, retries_exhausted, ...)")
+        if name == "list":
+            a.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("results", help="export results as JSON lines or WARC")
+    p.set_defaults(func=commands.cmd_results)
+    _connection_flags(p)
+    p.add_argument("--job", help="only this job's results")
+    p.add_argument("--since", help="from this time on: ISO 8601, or a duration back (15m, 2h)")
+    p.add_argument("--follow", action="store_true", help="keep writing results as they arrive")
+    p.add_argument("--format", choices=["jsonl", "warc"], help="default: from the file name")
+    p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
+
+
+def _metrics_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics, /healthz and /readyz on this port (default 0: off)",
+    )
+
+
+def _crawl_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-net",
+        dest="allow_nets",
+        action="append",
+        metavar="CIDR",
+        help="let the crawl reach this private or loopback network (repeatable)",
+    )

@@ -1,0 +1,105 @@
+"""Running the dispatcher and the worker as services: tracing, metrics, readiness, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from typing import TYPE_CHECKING
+
+from jetcrawl import __version__
+from jetcrawl.cli.runtime import on_signals, tune_gc
+from jetcrawl.contract.settings import Settings
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from jetcrawl.plumbing.health import Readiness
+
+log = logging.getLogger("jetcrawl")
+
+
+async def run_dispatcher(settings: Settings) -> None:
+    from jetcrawl.dispatcher import Dispatcher
+    from jetcrawl.otel import DISPATCHER_SERVICE, setup_tracing
+    from jetcrawl.plumbing.health import Readiness, nats_ready
+    from jetcrawl.plumbing.metrics import DispatcherMetrics
+
+    tune_gc()
+
+    instance = default_worker_id()
+    tracing = setup_tracing(DISPATCHER_SERVICE, instance, __version__)
+    metrics = DispatcherMetrics(DISPATCHER_SERVICE, __version__, instance)
+    readiness = Readiness()
+    try:
+        async with (
+            _endpoint(settings, metrics.registry, readiness),
+            Dispatcher(settings, tracing) as dispatcher,
+        ):
+            metrics.bind(dispatcher)
+            readiness.add("nats", nats_ready(dispatcher.nc, settings))
+            on_signals(dispatcher.stop)
+            log.info("dispatcher running (nats %s, %d shards)", settings.nats_url, settings.shards)
+            await dispatcher.run()
+        log.info("dispatcher stopped: %s", dispatcher.stats)
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
+
+
+async def run_worker(settings: Settings) -> None:
+    from jetcrawl.otel import WORKER_SERVICE, setup_tracing
+    from jetcrawl.plumbing.health import Readiness, nats_ready, registry_ready
+    from jetcrawl.plumbing.metrics import WorkerMetrics
+    from jetcrawl.registry import Registry, WorkerInfo
+    from jetcrawl.worker import Worker
+
+    tune_gc()
+
+    worker_id = settings.worker_id or default_worker_id()
+    tracing = setup_tracing(WORKER_SERVICE, worker_id, __version__)
+    # Pages are counted and timed only for a /metrics that someone can read.
+    metrics = (
+        WorkerMetrics(WORKER_SERVICE, __version__, worker_id) if settings.metrics_port else None
+    )
+    readiness = Readiness()
+    stopping = asyncio.Event()
+    try:
+        async with (
+            _endpoint(settings, metrics.registry if metrics else None, readiness),
+            Worker(settings, worker_id, tracing, metrics) as worker,
+            asyncio.TaskGroup() as tg,
+        ):
+            if metrics is not None:
+                metrics.bind(worker)
+            readiness.add("nats", nats_ready(worker.nc, settings))
+            tg.create_task(worker.run())
+            await worker.wait_running()
+            info = WorkerInfo.local(worker_id, capacity=settings.concurrency)
+            async with Registry(settings, info, worker) as registry:
+                readiness.add("etcd", registry_ready(registry))
+                on_signals(stopping.set)
+                log.info("worker %s running (etcd %s)", worker_id, settings.etcd_url)
+                await stopping.wait()
+                log.info("worker %s stopping: releasing shards", worker_id)
+            worker.stop()  # the registry has drained and released every shard, revoked the lease
+        log.info("worker %s stopped: %s", worker_id, worker.stats)
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
+
+
+def _endpoint(
+    settings: Settings, registry: CollectorRegistry | None, readiness: Readiness
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """The service's /metrics, /healthz and /readyz, when ``metrics_port`` is set."""
+    if not settings.metrics_port or registry is None:
+        return contextlib.nullcontext()
+    from jetcrawl.plumbing.endpoint import Endpoint  # not before: it loads aiohttp's server
+
+    return Endpoint(settings.metrics_port, registry, readiness)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

@@ -1,0 +1,26 @@
+"""The settings of a command: flags over ``JETCRAWL_*`` variables over the defaults."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from jetcrawl.contract.settings import Settings
+
+FLAG_SETTINGS = (
+    "nats_url",
+    "etcd_url",
+    "cluster",
+    "shards",
+    "worker_id",
+    "concurrency",
+    "max_pages",
+    "metrics_port",
+)
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    flags = {n: getattr(args, n) for n in FLAG_SETTINGS if getattr(args, n, None) is not None}
+    if getattr(args, "allow_nets", None):
+        flags["allow_nets"] = tuple(args.allow_nets)
+    return Settings.from_env(**flags, **extra)
