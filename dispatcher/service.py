@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -52,9 +51,10 @@ from jetcrawl.contract.topology import (
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
+from jetcrawl.dispatcher.admission import Candidates, candidates, decide, unknown_origins
 from jetcrawl.dispatcher.intake import Intake, Reading
 from jetcrawl.dispatcher.poison import PoisonCollector
-from jetcrawl.dispatcher.quota import AdmissionQuota, host_key
+from jetcrawl.dispatcher.quota import AdmissionQuota
 from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
 from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
@@ -324,117 +324,73 @@ class Dispatcher:
         self, seqs: list[int], owned: list[tuple[int, ...] | None], readings: list[Reading]
     ) -> list[tuple[int, Task]]:
         """The tasks to publish, each with the index of the message that owns it. ``owned``:
-        for a message that may have made marks before (``_owned``), the sequences they carry."""
+        for a message that may have made marks before (``_owned``), the sequences they carry.
+        The decisions are :mod:`jetcrawl.dispatcher.admission`'s; this is their I/O."""
         assert self._seen is not None and self._quota is not None
         assert self._host_quota is not None
         seen = self._seen
-        pairs: list[tuple[int, Task, str]] = []  # (message index, task, seen key)
-        to_create: dict[str, int] = {}
-        marks: dict[str, Mark] = {}  # what this batch learnt of existing marks, by key
-        by_job: dict[str, list[str]] = {}
-        by_host: dict[str, list[str]] = {}
-        cached = seen.cached
-        for i, reading in enumerate(readings):
-            for task in reading.tasks:
-                key = task.seen_key
-                pairs.append((i, task, key))
-                if key in to_create or key in marks:
-                    continue
-                mark = cached(key)
-                if mark is not None:
-                    marks[key] = mark
-                else:
-                    to_create[key] = seqs[i]
-                    by_job.setdefault(task.lineage.job, []).append(key)
-                    host = host_key(task.lineage.job, host_of(task.url))
-                    by_host.setdefault(host, []).append(key)
+        c = candidates(seqs, readings, seen.cached)
+        granted_by_job: dict[str, int] = {}
         if self._quota.limited:
-            granted_by_job = {}
-            for job, fps in by_job.items():
-                granted = await self._quota.reserve(job, len(fps))
-                granted_by_job[job] = granted
-                for fp in fps[granted:]:
-                    del to_create[fp]
-                    self.stats.over_limit += 1
-        granted_by_host = await self._reserve_hosts(by_host, to_create)
-        created = await seen.create(list(to_create.items()))
-        created_by: dict[str, Mark] = {}
-        for fp, new in zip(to_create, created, strict=True):
-            if new is None:
-                marks[fp] = UNKNOWN  # the bucket has it: its origin is not known here
+            for job, keys in c.by_job.items():
+                granted_by_job[job] = await self._quota.reserve(job, len(keys))
+                c.drop(keys[granted_by_job[job] :])
+                self.stats.over_limit += len(keys) - granted_by_job[job]
+        granted_by_host = await self._reserve_hosts(c)
+        made = await seen.create(list(c.to_create.items()))
+        created: dict[str, Mark] = {}
+        for key, mark in zip(c.to_create, made, strict=True):
+            if mark is None:
+                c.known[key] = UNKNOWN  # the bucket has it: its origin is not known here
             else:
-                created_by[fp] = new
-        if self._quota.limited:
-            for job, fps in by_job.items():
-                used = sum(1 for fp in fps[: granted_by_job[job]] if fp in created_by)
-                await self._quota.give_back(job, granted_by_job[job] - used)
-        if granted_by_host:
+                created[key] = mark
+        await self._give_back(granted_by_job, granted_by_host, c, created)
+        # On redelivery, a mark that carries this message's sequence may lack its task.
+        for key in unknown_origins(c, owned):
+            c.known[key] = await seen.read(key)
+        decision = decide(c, seqs, owned, created, recrawl=self._settings.recrawl_after_s > 0)
+        self.stats.admitted += decision.admitted
+        self.stats.republished += decision.republished
+        self.stats.duplicates += decision.duplicates + sum(r.known for r in readings)
+        return decision.tasks
+
+    async def _give_back(
+        self,
+        by_job: dict[str, int],
+        by_host: dict[str, int],
+        c: Candidates,
+        created: dict[str, Mark],
+    ) -> None:
+        """Return the quota granted to keys whose create found a mark already there."""
+        assert self._quota is not None and self._host_quota is not None
+        for job, granted in by_job.items():
+            used = sum(1 for key in c.by_job[job][:granted] if key in created)
+            await self._quota.give_back(job, granted - used)
+        if by_host:
             await asyncio.gather(
                 *(
                     self._host_quota.give_back(
-                        key, granted - sum(1 for fp in by_host[key][:granted] if fp in created_by)
+                        host, granted - sum(1 for k in c.by_host[host][:granted] if k in created)
                     )
-                    for key, granted in granted_by_host.items()
+                    for host, granted in by_host.items()
                 )
             )
 
-        # On redelivery, a mark that carries this message's sequence may lack its task: read the
-        # existing marks whose origin is not known here. (A key left out by a quota has none.)
-        unknown = {
-            key
-            for i, _, key in pairs
-            if owned[i] is not None and key in marks and marks[key].revision == 0
-        }
-        for fp in unknown:
-            marks[fp] = await seen.read(fp)
-
-        out: list[tuple[int, Task]] = []
-        published: set[str] = set()
-        duplicates = 0
-        for i, task, key in pairs:
-            mark = created_by.get(key)
-            own = owned[i]
-            if mark is None and own is None:
-                duplicates += 1  # the common case: a link to a URL already seen
-            elif key in published:
-                duplicates += 1
-            elif mark is not None and mark.origin == seqs[i]:
-                out.append((i, self._generation(task, mark.revision)))
-                published.add(key)
-                self.stats.admitted += 1
-            elif own is not None and (known := marks.get(key)) is not None and known.origin in own:
-                out.append((i, self._generation(task, known.revision)))
-                published.add(key)
-                self.stats.republished += 1
-            else:
-                duplicates += 1
-        self.stats.duplicates += duplicates + sum(reading.known for reading in readings)
-        return out
-
-    async def _reserve_hosts(
-        self, by_host: dict[str, list[str]], to_create: dict[str, int]
-    ) -> dict[str, int]:
-        """Admissions per job and host (``max_urls_per_host``); drops the rest from to_create."""
+    async def _reserve_hosts(self, c: Candidates) -> dict[str, int]:
+        """Admissions per job and host (``max_urls_per_host``); drops the rest from ``c``."""
         assert self._host_quota is not None
         if not self._host_quota.limited:
             return {}
-        for fps in by_host.values():
-            fps[:] = [fp for fp in fps if fp in to_create]  # what max_pages left
-        keys = [key for key, fps in by_host.items() if fps]
+        for keys in c.by_host.values():
+            keys[:] = [key for key in keys if key in c.to_create]  # what max_pages left
+        hosts = [host for host, keys in c.by_host.items() if keys]
         grants = await asyncio.gather(
-            *(self._host_quota.reserve(key, len(by_host[key])) for key in keys)
+            *(self._host_quota.reserve(host, len(c.by_host[host])) for host in hosts)
         )
-        for key, granted in zip(keys, grants, strict=True):
-            for fp in by_host[key][granted:]:
-                del to_create[fp]
-                self.stats.over_host_limit += 1
-        return dict(zip(keys, grants, strict=True))
-
-    def _generation(self, task: Task, revision: int) -> Task:
-        """With re-crawls on, the mark's revision tells this crawl of the URL from others."""
-        if self._settings.recrawl_after_s <= 0:
-            return task  # one crawl per URL: the fingerprint alone is the identity
-        return dataclasses.replace(task, gen=revision)
+        for host, granted in zip(hosts, grants, strict=True):
+            c.drop(c.by_host[host][granted:])
+            self.stats.over_host_limit += len(c.by_host[host]) - granted
+        return dict(zip(hosts, grants, strict=True))
 
     async def _notify(self) -> None:
         async with self._progress:
