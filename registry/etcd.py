@@ -231,7 +231,7 @@ class Etcd:
     # --- the boundary
 
     async def _call(self, operation: str, call: Awaitable[T]) -> T:
-        with _translated(operation, self.timeout_s):
+        with _translated(f"{operation} at {self.url}", self.timeout_s):
             async with asyncio.timeout(self.timeout_s):
                 return await call
 

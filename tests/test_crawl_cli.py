@@ -626,12 +626,15 @@ async def test_nonsense_limits_are_usage_errors(tmp_path: Path, flags: tuple[str
     assert finished.leftovers == []
 
 
-async def test_a_crawl_whose_every_seed_is_rejected_fails_and_says_why(tmp_path: Path) -> None:
+async def test_a_crawl_whose_seed_is_no_url_fails_before_it_starts_and_says_why(
+    tmp_path: Path,
+) -> None:
     finished = await crawl(tmp_path, "javascript:alert(1)", "--workers", "1")
     assert finished.returncode == 2, finished.explain()
-    assert "seeds/unsupported_scheme 1" in finished.stdout
-    assert "no seed was accepted" in finished.stderr
-    assert finished.leftovers == []
+    assert finished.stderr.strip() == (
+        "jetcrawl: seed 'javascript:alert(1)': not a URL jetcrawl can crawl (unsupported_scheme)"
+    )
+    assert finished.stdout == "" and finished.leftovers == []
 
 
 # ---------------------------------------------------------------- sizing

@@ -19,6 +19,7 @@ import orjson
 from jetcrawl.cli.runtime import on_signals, run_async, tune_gc
 from jetcrawl.cli.services import run_dispatcher, run_worker
 from jetcrawl.cli.settings import settings_from
+from jetcrawl.contract.errors import UrlError, UsageError
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ async def apply_topology(settings: Settings) -> int:
     from jetcrawl.plumbing.bus import connect
 
     settings = settings.replace(create_topology=True)
-    nc = await connect(settings, "jetcrawl-topology")
+    nc = await connect(settings, "jetcrawl-topology", give_up_s=settings.command_timeout_s)
     try:
         await ensure(nc.jetstream(), settings)
     finally:
@@ -86,6 +87,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     """``args.entry`` is the CLI's main: what the crawl's forked services run."""
+    check_crawl_input(args.seeds, args.output)  # before any server or service starts
     settings = settings_from(args)
     with _prefork(settings, args.workers, args.entry) as prefork:
         return int(run_async(lambda: _crawl(settings, args, prefork)))
@@ -114,6 +116,27 @@ async def _status(settings: Settings, args: argparse.Namespace) -> int:
     except asyncio.CancelledError:
         return 0 if args.watch is not None else 130
     return 0
+
+
+def check_crawl_input(seeds: list[str], output: Path | None) -> None:
+    """Raise ``UsageError`` for a seed that is no crawlable URL or an output that cannot be
+    written, so that a typo costs one line and nothing else."""
+    from jetcrawl.contract.urls import canonicalize
+
+    for seed in seeds:
+        try:
+            canonicalize(seed)
+        except UrlError as e:
+            raise UsageError(f"seed {seed!r}", f"not a URL jetcrawl can crawl ({e.reason})") from e
+    if output is None:
+        return
+    where = output.parent.resolve()
+    if output.is_dir():
+        raise UsageError(f"--output {output}", "is a directory; name a file")
+    if not where.is_dir():
+        raise UsageError(f"--output {output}", f"no such directory: {where}")
+    if not os.access(where, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise UsageError(f"--output {output}", "not writable")
 
 
 def _prefork(

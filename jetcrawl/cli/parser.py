@@ -17,6 +17,7 @@ DESCRIPTION = "A distributed web crawler on NATS JetStream and etcd."
 
 def _connection_flags(p: argparse.ArgumentParser, etcd: bool = False) -> None:
     p.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+    _timeout_flag(p)
     if etcd:
         p.add_argument("--etcd", dest="etcd_url", help="etcd endpoint, http://host:port")
         p.add_argument("--cluster", help="name of this crawl cluster in etcd")
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="create or update them on the server instead (as a NATS user that may)",
     )
     p.add_argument("--nats", dest="nats_url", help="NATS server URL(s) for --apply")
+    _timeout_flag(p)
     p.add_argument(
         "--write",
         metavar="DIR",
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=commands.cmd_dispatcher)
     _connection_flags(p)
     _metrics_flag(p)
+    _set_flag(p)
 
     p = sub.add_parser("worker", help="run a worker")
     p.set_defaults(func=commands.cmd_worker)
@@ -72,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="worker_id", help="worker id (default: host-pid-random)")
     p.add_argument("--concurrency", type=positive, help="tasks in flight at most")
     _crawl_limits(p)
+    _politeness_flags(p)
     _metrics_flag(p)
+    _set_flag(p)
 
     p = sub.add_parser("status", help="show workers, shards, backlogs, results and rates")
     p.set_defaults(func=commands.cmd_status)
@@ -109,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", help="job name for the seeds (default: default)")
     p.add_argument("--output", type=Path, help="write one JSON line per result here")
     _crawl_limits(p)
+    _politeness_flags(p)
+    _set_flag(p)
     _results_parser(sub)
     _dlq_parser(sub)
     return parser
@@ -121,6 +128,7 @@ def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     for name, text in [("list", "show dead letters"), ("replay", "send them back, then drop them")]:
         a = actions.add_parser(name, help=text)
         a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        _timeout_flag(a)
         a.add_argument("--stage", help="only this stage: seeds, discovered, task, fetch, poison")
         a.add_argument("--reason", help="only this reason (max_deliveries, retries_exhausted, ...)")
         if name == "list":
@@ -138,6 +146,23 @@ def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
 
 
+def _timeout_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--connect-timeout",
+        dest="command_timeout_s",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="a command gives up reaching NATS or etcd after this long (default 10)",
+    )
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
 def _metrics_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics-port",
@@ -145,6 +170,37 @@ def _metrics_flag(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PORT",
         help="serve /metrics, /healthz and /readyz on this port (default 0: off)",
+    )
+
+
+def _politeness_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host-delay",
+        dest="host_delay_s",
+        type=float,
+        metavar="SECONDS",
+        help="at least this long between requests to one host (default 1; robots.txt may ask more)",
+    )
+    p.add_argument(
+        "--host-concurrency",
+        dest="host_concurrency",
+        type=positive,
+        metavar="N",
+        help="requests in flight to one host at most (default 1)",
+    )
+    p.add_argument(
+        "--user-agent", dest="user_agent", help="the User-Agent header (robots.txt is read for it)"
+    )
+
+
+def _set_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any setting (see jetcrawl/contract/settings.py), e.g. --set max_deferrals=4",
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, parse_assignments
 
 FLAG_SETTINGS = (
     "nats_url",
@@ -16,11 +16,16 @@ FLAG_SETTINGS = (
     "concurrency",
     "max_pages",
     "metrics_port",
+    "command_timeout_s",
+    "host_delay_s",
+    "host_concurrency",
+    "user_agent",
 )
 
 
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
-    flags = {n: getattr(args, n) for n in FLAG_SETTINGS if getattr(args, n, None) is not None}
+    flags = parse_assignments(getattr(args, "assignments", None) or [])  # --set, then flags
+    flags |= {n: getattr(args, n) for n in FLAG_SETTINGS if getattr(args, n, None) is not None}
     if getattr(args, "allow_nets", None):
         flags["allow_nets"] = tuple(args.allow_nets)
     return Settings.from_env(**flags, **extra)

@@ -6,7 +6,8 @@ JetcrawlError
 │   ├── ShardCountMismatch the server was set up with another shard count
 │   └── TopologyUnavailable JetStream cannot apply it yet (no leader, too few peers): retry
 ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
-└── UrlError               a URL is rejected by the URL rules (carries the reason)
+├── UrlError               a URL is rejected by the URL rules (carries the reason)
+└── UsageError             a command's input is wrong: said in one line before anything starts
 """
 
 from __future__ import annotations
@@ -60,3 +61,12 @@ class UrlError(JetcrawlError):
         super().__init__(f"{reason}: {url[:200]!r}")
         self.reason = reason
         self.url = url
+
+
+class UsageError(JetcrawlError):
+    """A command's flag or argument ``what`` is wrong; ``problem`` says how."""
+
+    def __init__(self, what: str, problem: str) -> None:
+        super().__init__(f"{what}: {problem}")
+        self.what = what
+        self.problem = problem

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -91,6 +91,9 @@ class Settings:
     nats_ping_interval_s: float = 5.0
     nats_max_outstanding_pings: int = 3
     nats_connect_timeout_s: float = 5.0
+    # A command (status, results, dlq, topology --apply, crawl --nats/--etcd) gives up reaching
+    # NATS or etcd after this long, naming the URL and the cause; services keep trying.
+    command_timeout_s: float = 10.0
     etcd_timeout_s: float = DEFAULT_ETCD_TIMEOUT_S
 
     # --- frontier rules (defaults for seeds that do not say otherwise)
@@ -185,7 +188,7 @@ class Settings:
             raise SettingsError(
                 "lease_ttl_s", f"must be >= 2 s (etcd's minimum), got {self.lease_ttl_s}"
             )
-        for name in ("ack_wait_s", "etcd_timeout_s", "nats_ping_interval_s"):
+        for name in ("ack_wait_s", "etcd_timeout_s", "nats_ping_interval_s", "command_timeout_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(name, "must be > 0")
         if self.host_concurrency < 1:
@@ -262,6 +265,23 @@ class Settings:
         if "nats_password" in values:
             values["nats_password"] = Secret(values["nats_password"])
         return cls(**values)
+
+
+def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (``--set host_delay_s=0.5``) as settings, parsed as the
+    ``JETCRAWL_*`` variables are; an unknown name or a bad value is a ``SettingsError``."""
+    hints = get_type_hints(Settings)
+    names = {f.name for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for assignment in assignments:
+        name, sep, raw = assignment.partition("=")
+        name = name.strip().lower().removeprefix(ENV_PREFIX.lower())
+        if not sep:
+            raise SettingsError(assignment, "expected NAME=VALUE")
+        if name not in names:
+            raise SettingsError(name, "unknown setting (misspelt?)")
+        values[name] = _parse(name, hints[name], raw)
+    return values
 
 
 def _parse(name: str, hint: Any, raw: str) -> Any:

@@ -86,14 +86,17 @@ async def crawl(
     async with AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jetcrawl-")))
         settings = await _servers(stack, settings, workdir, request.local_shards, request.workers)
-        # The services start first: their start-up overlaps this command's topology check.
-        # Each service ensures the topology too, and concurrent ensures agree.
+        # NATS and etcd answer before any service starts: a wrong --nats or --etcd fails in
+        # seconds, alone, naming the URL.
+        nc = await connect(settings, "jetcrawl-crawl", give_up_s=settings.command_timeout_s)
+        await _etcd_answers(settings)
+        stack.push_async_callback(nc.close)
+        js = nc.jetstream()
+        # The services start before the topology check: their start-up overlaps it. Each
+        # service ensures the topology too, and concurrent ensures agree.
         children = await stack.enter_async_context(
             start_children(settings, request.workers, workdir, interrupt.hurry, prefork)
         )
-        nc = await connect(settings, "jetcrawl-crawl")
-        stack.push_async_callback(nc.close)
-        js = nc.jetstream()
         await ensure(js, settings)
         before = {
             stream: (await js.stream_info(stream)).state.last_seq for stream in WATCHED_STREAMS
@@ -139,6 +142,12 @@ async def crawl(
         log.info("messages stored by this crawl: %s", counts)
         summary.seconds = time.monotonic() - started
         return summary
+
+
+async def _etcd_answers(settings: Settings) -> None:
+    from jetcrawl.registry import read_members
+
+    await read_members(settings.replace(etcd_timeout_s=settings.command_timeout_s))
 
 
 def _seed_body(seed: str, request: CrawlRequest) -> bytes:

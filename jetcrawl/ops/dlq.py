@@ -162,7 +162,7 @@ async def run_command(
     settings: Settings, action: str, stage: str | None, reason: str | None, as_json: bool
 ) -> int:
     """``jetcrawl dlq list|replay``: what it prints goes to stdout, the summary to stderr."""
-    nc = await connect(settings, "jetcrawl-dlq")
+    nc = await connect(settings, "jetcrawl-dlq", give_up_s=settings.command_timeout_s)
     try:
         js = nc.jetstream()
         letters = await read_letters(js, stage, reason)

@@ -144,7 +144,7 @@ async def export_results(
 ) -> tuple[int, int]:
     """Write the matching results to ``output`` (standard output if None); (written, skipped)."""
     fmt = format_for(output, fmt)
-    nc = await connect(settings, "jetcrawl-results")
+    nc = await connect(settings, "jetcrawl-results", give_up_s=settings.command_timeout_s)
     try:
         js = nc.jetstream()
         bodies = await BodyStore.open(js)

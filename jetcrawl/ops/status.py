@@ -324,7 +324,7 @@ async def run_status(
     job: str | None = None,
 ) -> None:
     """Print one status (rates over ``interval_s``), or one every ``watch_s`` until cancelled."""
-    nc = await connect(settings, "jetcrawl-status")
+    nc = await connect(settings, "jetcrawl-status", give_up_s=settings.command_timeout_s)
     try:
         js = nc.jetstream()
         previous = await read_status(settings, js, job)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,9 @@ KV_SUBJECT_PREFIX = "$KV."
 _PLAIN_ACK = frozenset({"stream", "seq", "domain", "duplicate"})  # a PubAck's fields, unbatched
 
 
+RECONNECT_WAIT_S = 1.0  # between two connects to one server
+
+
 class BusError(JetcrawlError):
     """NATS could not be reached or refused a request."""
 
@@ -57,41 +61,79 @@ class PublishFailed(BusError):
         self.cause = cause
 
 
-async def connect(settings: Settings, name: str) -> NATS:
-    """A connection that reconnects forever and notices a dead server within a few pings."""
+async def connect(settings: Settings, name: str, *, give_up_s: float | None = None) -> NATS:
+    """A connection that reconnects forever and notices a dead server within a few pings.
+
+    Services leave ``give_up_s`` None: they keep trying to connect, and log each failure. A
+    command passes its ``command_timeout_s``: its first connect is tried for about that long,
+    quietly, and then a ``BusError`` names the URL and the last cause.
+    """
+    client: list[NATS] = []
+    failures: list[Exception] = []
 
     async def on_error(e: Exception) -> None:
-        log.warning("nats error (%s): %r", name, e)
-
-    client: list[NATS] = []
+        if give_up_s is not None and not client:
+            failures.append(e)  # said once, in the BusError, if the command gives up
+            return
+        log.warning("nats error (%s, %s): %r", name, settings.nats_url, e)
 
     async def on_disconnect() -> None:
         if client and (client[0].is_closed or client[0].is_draining):
             return  # our own close()
-        log.warning("nats disconnected (%s)", name)
+        log.warning("nats disconnected (%s, %s)", name, settings.nats_url)
 
     async def on_reconnect() -> None:
-        log.info("nats reconnected (%s)", name)
+        log.info("nats reconnected (%s, %s)", name, settings.nats_url)
 
-    try:
-        nc = await nats.connect(
-            servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
-            name=name,
-            user=settings.nats_user or None,
-            password=str(settings.nats_password) or None,
-            connect_timeout=int(max(1, settings.nats_connect_timeout_s)),
-            ping_interval=int(max(1, settings.nats_ping_interval_s)),
-            max_outstanding_pings=settings.nats_max_outstanding_pings,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=1,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
-    except (TimeoutError, NatsError, OSError) as e:
-        raise BusError(f"cannot connect to NATS at {settings.nats_url}: {e!r}") from e
-    client.append(nc)
-    return nc
+    loop = asyncio.get_running_loop()
+    deadline = None if give_up_s is None else loop.time() + give_up_s
+    while True:
+        timeout_s = settings.nats_connect_timeout_s
+        if deadline is not None:
+            timeout_s = min(timeout_s, max(0.5, deadline - loop.time()))
+        try:
+            nc = await nats.connect(
+                servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
+                name=name,
+                user=settings.nats_user or None,
+                password=str(settings.nats_password) or None,
+                connect_timeout=max(1, round(timeout_s)),
+                ping_interval=int(max(1, settings.nats_ping_interval_s)),
+                max_outstanding_pings=settings.nats_max_outstanding_pings,
+                # A command tries each server twice per round (nats-py: 0 would mean forever).
+                max_reconnect_attempts=-1 if deadline is None else 1,
+                reconnect_time_wait=RECONNECT_WAIT_S,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            )
+        except (TimeoutError, NatsError, OSError) as e:
+            failures.append(e)
+            if deadline is None or loop.time() >= deadline:
+                raise BusError(
+                    f"cannot connect to NATS at {settings.nats_url}: {_cause(failures)}"
+                ) from e
+            continue
+        if deadline is not None:
+            nc.options["max_reconnect_attempts"] = -1  # connected: from now on, as a service
+        client.append(nc)
+        return nc
+
+
+def _cause(failures: list[Exception]) -> str:
+    """The most telling of the failures, in words: an OS error (refused, unreachable, no such
+    name) over the "no servers available" that nats-py says after it."""
+    for e in reversed(failures):
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused (is nats-server running there?)"
+        if isinstance(e, socket.gaierror):
+            return f"name not resolved ({e.strerror})"
+        if isinstance(e, OSError):
+            return e.strerror or str(e)
+        if isinstance(e, TimeoutError):
+            return "no answer (timed out)"
+    e = failures[-1]
+    return str(e) or type(e).__name__
 
 
 @dataclass(frozen=True, slots=True)
