@@ -12,6 +12,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import ServiceUnavailableError
 
 from jetcrawl.local.embedded import NatsCluster
+from jetcrawl.plumbing.natsinternals import delivery_inbox, next_request_subject
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from tests.streams import add_replicated, eventually
 
@@ -66,7 +67,9 @@ async def test_leftovers_of_an_earlier_request_come_first_and_count(
 ) -> None:
     sub = await _consumer(js, 0)
     # A request whose deliveries nobody is reading (as a pull that returned early leaves one).
-    await nc.publish(sub._nms, b'{"batch": 3, "expires": 5000000000}', sub._deliver)
+    await nc.publish(
+        next_request_subject(sub), b'{"batch": 3, "expires": 5000000000}', delivery_inbox(sub)
+    )
     for n in range(3):
         await js.publish(f"p.{n}", str(n).encode())
 
@@ -85,7 +88,7 @@ async def test_leftovers_of_an_earlier_request_come_first_and_count(
 
 
 async def test_a_cut_pull_returns_at_once_and_a_pull_after_the_cut_asks_nothing(
-    js: JetStreamContext,
+    nc: NATS, js: JetStreamContext
 ) -> None:
     sub = await _consumer(js, 0)
     cut = Cut()
@@ -99,7 +102,7 @@ async def test_a_cut_pull_returns_at_once_and_a_pull_after_the_cut_asks_nothing(
     await js.publish("p.0", b"0")  # the cut pull's request is still out: it takes this one
 
     async def queued() -> bool:
-        await js._nc.flush()
+        await nc.flush()
         return bool(sub.pending_msgs == 1)
 
     await eventually(queued)
@@ -115,7 +118,9 @@ async def test_end_requests_takes_what_came_late_and_ends_the_requests_at_once(
     sub = await _consumer(js, 0)
     # A request for three that expires in 30 s, whose deliveries no pull is reading (as a pull
     # that returned early leaves one).
-    await nc.publish(sub._nms, b'{"batch": 3, "expires": 30000000000}', sub._deliver)
+    await nc.publish(
+        next_request_subject(sub), b'{"batch": 3, "expires": 30000000000}', delivery_inbox(sub)
+    )
     await js.publish("p.0", b"late")
 
     async def queued() -> bool:

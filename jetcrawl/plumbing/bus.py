@@ -150,7 +150,8 @@ class Outbox:
     the replies (a ``PubAck`` or a JetStream API error) resolve per-message futures. nats-py's own
     ``publish_async`` cannot be used: its reply handler raises API errors (such as the "wrong last
     sequence" of a KV create) inside the callback instead of setting them on the future, so the
-    future never completes.
+    future never completes (nats-io/nats.py#985; tests/upstream/nats_publish_async.py shows it,
+    and its test fails once a release fixes it).
 
     Tracing: a message whose headers carry no ``traceparent`` gets the current span's context —
     through a ``publish <subject>`` PRODUCER span, child of the current span and ended on the

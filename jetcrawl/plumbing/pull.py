@@ -13,11 +13,11 @@ A consumer that stops cuts its pull short (``Cut``) and ends its requests with
 ``end_requests`` (``hand_back`` also naks what they delivered late), so a shard changes hands or a
 service stops without waiting out a request's expiry.
 
-It relies on private attributes of nats-py (the pull subscription's core subscription, request
-subject and inbox; the core subscription's queue and pending-bytes count; the client's
-unsubscribe command and server INFO); tests/test_pull.py runs it against a real server and a
-cluster, with status messages, timeouts, leftovers and cuts, so a nats-py that changes them fails
-there.
+What it needs of nats-py beyond the public API (the pull subscription's core subscription,
+request subject and inbox; the core subscription's queue and pending-bytes count; the client's
+unsubscribe command and server INFO) it gets through ``natsinternals``, whose contract test names
+what an upgrade changed; tests/test_pull.py runs it against a real server and a cluster, with
+status messages, timeouts, leftovers and cuts.
 """
 
 from __future__ import annotations
@@ -30,6 +30,17 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
+
+from jetcrawl.plumbing.natsinternals import (
+    connection,
+    core_subscription,
+    delivery_inbox,
+    in_cluster,
+    next_request_subject,
+    pending_queue,
+    send_unsubscribe,
+    taken,
+)
 
 __all__ = ["Cut", "end_requests", "hand_back", "pull"]
 
@@ -76,8 +87,8 @@ async def pull(
     """
     if batch < 1 or wait_s <= 0:
         raise ValueError(f"pull needs batch >= 1 and wait_s > 0, got {batch}, {wait_s}")
-    sub: Subscription = psub._sub
-    queue: asyncio.Queue[Msg] = sub._pending_queue
+    sub = core_subscription(psub)
+    queue = pending_queue(sub)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     msgs: list[Msg] = []
@@ -122,16 +133,16 @@ async def end_requests(psub: JetStreamContext.PullSubscription, cut: Cut) -> lis
     trip tells, so there this waits until the last request (of the pulls with ``cut``) expired
     instead, and takes what came. Pull no more from ``psub`` afterwards; unsubscribe it.
     """
-    sub: Subscription = psub._sub
-    nc = psub._nc
-    if nc._server_info.get("cluster"):
+    sub = core_subscription(psub)
+    nc = connection(psub)
+    if in_cluster(nc):
         delay = cut.requests_end - asyncio.get_running_loop().time()
         if delay > 0:
             await asyncio.sleep(delay)  # no event says that a request expired server-side
     else:
-        await nc._send_unsubscribe(sub._id)
+        await send_unsubscribe(nc, sub)
         await nc.flush()
-    queue: asyncio.Queue[Msg] = sub._pending_queue
+    queue = pending_queue(sub)
     msgs: list[Msg] = []
     while not queue.empty():
         with contextlib.suppress(APIError):  # a status that is no message
@@ -155,7 +166,9 @@ async def _request(
 ) -> None:
     if cut is not None:
         cut.requests_end = max(cut.requests_end, expires_at + _EXPIRED_MARGIN_S)
-    await psub._nc.publish(psub._nms, orjson.dumps(request), psub._deliver)
+    await connection(psub).publish(
+        next_request_subject(psub), orjson.dumps(request), delivery_inbox(psub)
+    )
 
 
 async def _collect(
@@ -187,8 +200,7 @@ async def _collect(
 def _keep(sub: Subscription, msg: Msg, msgs: list[Msg]) -> bool:
     """Account for ``msg`` taken off the queue and keep it if it is a message; False if it is
     the status that ends a request."""
-    sub._pending_size -= len(msg.data)
-    sub._pending_queue.task_done()
+    taken(sub, msg)
     status = msg.headers.get(_STATUS) if msg.headers else None
     if status is None:
         msgs.append(msg)
