@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # Measured code is byte-compiled, as pip compiles what it installs (Scrapy's is). An editable
 # checkout under PYTHONDONTWRITEBYTECODE=1 (this machine's shell sets it) has no __pycache__, so
-# every jetcrawl process compiled its source again: ~0.1 CPU s each.
+# every jetcrawl process would compile its source again, and the bench would measure that.
 COMPILED_PACKAGES = ("jetcrawl", "worker", "dispatcher", "registry", "otel", "bench")
 
 

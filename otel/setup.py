@@ -89,8 +89,8 @@ def setup_tracing(service_name: str, instance_id: str, version: str) -> Tracing:
     """The tracing of one service process, configured by the ``OTEL_*`` environment."""
     if not tracing_enabled():
         return NO_TRACING
-    # Imported only when on: the exporter pulls in requests and protobuf, the SDK costs a
-    # service ~13 ms of start-up.
+    # Imported only when on: the exporter pulls in requests and protobuf, and the SDK adds to
+    # every service's start-up.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider

@@ -59,7 +59,7 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
                 base = canonical.rules.canonicalize(base_href, base=page_url)
             break
 
-    # tags() walks the tree without starting the CSS engine (~40 us a page); only a page with an
+    # tags() walks the tree without starting the CSS engine, a cost per page; only a page with an
     # image map needs the selector that keeps <a> and <area> in document order.
     nodes = tree.css(_LINKS) if tree.tags("area") else tree.tags("a")
     seen_hrefs: set[str] = set()

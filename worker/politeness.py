@@ -52,8 +52,8 @@ _EWMA = 0.2  # weight of the latest request in a slot's mean request time
 
 class _Waiter:
     """A task waiting for its host's turn. Woken by a plain future, not an Event: a wait then
-    costs no task (an ``asyncio.Event`` raced against a timeout cost two tasks and an
-    ``asyncio.wait`` per wait, ~20 us, and tasks wait about 1.3 times per page)."""
+    costs no task (an ``asyncio.Event`` raced against a timeout costs two tasks and an
+    ``asyncio.wait`` per wait, and most tasks wait at least once)."""
 
     __slots__ = ("_future", "_woken", "deferrable", "deferred_for", "wants_slot")
 
@@ -174,7 +174,7 @@ class Politeness:
         self._slots: OrderedDict[str, Slot] = OrderedDict()
         self._queued: dict[str, Slot] = {}
         # Tasks whose turn has come, in the order they asked for a fetch slot: a freed slot wakes
-        # the first of them only (waking every host's head for each slot cost ~5% of a worker).
+        # the first of them only (waking every host's head for each slot woke tasks to wait again).
         self._slot_waiters: deque[_Waiter] = deque()
         self._prune_above = MAX_SLOTS
         # --- counts, for stats and tests

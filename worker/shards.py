@@ -26,11 +26,10 @@ from jetcrawl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 
-# How long an idle shard's pull request waits for work. Each expiry costs a round of requests
-# (64 shards: 128 a second per worker at 0.5 s); a stop or a handover ends the requests at once on
-# one server and waits them out through a cluster (end_requests), so this also bounds a cluster
-# handover. Idle CPU with 64 shards, worker / nats-server: 0.5 s 3.5% / 3.5% of a core, 2 s 0.9% /
-# 1.2%.
+# How long an idle shard's pull request waits for work. Each expiry costs a round of requests on
+# every idle shard, paid in CPU by an idle worker and its nats-server; a stop or a handover ends the
+# requests at once on one server and waits them out through a cluster (end_requests), so this also
+# bounds a cluster handover.
 PULL_WAIT_S = 2.0
 MAX_BATCH = 64
 RETRY_PAUSE_S = 0.5

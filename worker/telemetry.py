@@ -49,7 +49,7 @@ ROBOTS_ALLOWED = "jetcrawl.robots.allowed"
 ROBOTS_REASON = "jetcrawl.robots.reason"
 REDIRECTS = "jetcrawl.redirects"
 LINKS = "jetcrawl.links"
-_NOTHING = nullcontext()  # with tracing off: a generator-based context manager costs ~0.9 us
+_NOTHING = nullcontext()  # with tracing off: one shared no-op, not a context manager per page
 
 
 class TaskTelemetry:
@@ -140,7 +140,7 @@ class TaskTelemetry:
 
     def trace_id(self) -> str | None:
         """The current trace's id, for the task's result; None with tracing off (no span is
-        current then, and asking OpenTelemetry costs ~0.6 us)."""
+        current then, so asking OpenTelemetry would be wasted work)."""
         return current_trace_id() if self._on else None
 
     def finished(self, result: Result) -> None:

@@ -168,8 +168,9 @@ class Settings:
     trace_continue_depth: int = 0
 
     # --- jetcrawl crawl
-    # Its services are forked from the command, their code imported once (jetcrawl/services.py),
-    # where the platform allows; off: each starts as a new `python -m jetcrawl` interpreter.
+    # Its services are forked from the command, their code imported once
+    # (jetcrawl/local/services.py), where the platform allows; off: each starts as a new
+    # `python -m jetcrawl` interpreter.
     local_fork: bool = True
 
     # --- fault injection for the fault-tolerance tests ("" in production)

@@ -306,8 +306,8 @@ async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
 
     It reads first (a few list requests) and writes only what is missing or differs from the
     declaration, so a service starting against a topology in place changes nothing; creating
-    every stream and consumer again cost ~90 API requests and ~80 ms of CPU (nats-server and
-    the service) with 64 shards, at each start of each service.
+    every stream and consumer again cost a request for each, and nats-server's and the
+    service's CPU, at each start of each service.
 
     With ``create_topology`` off, only :func:`verify` it: a service whose NATS user may not
     create or change streams (compose, where the admin applies it with ``jetcrawl topology

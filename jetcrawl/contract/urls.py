@@ -242,7 +242,7 @@ def _canonical_host(host: str, original: str) -> str:
     return canonical
 
 
-@lru_cache(maxsize=4096)  # links repeat their hosts; IPv4 parsing alone costs ~10 us
+@lru_cache(maxsize=4096)  # links repeat their hosts, and working a host out is slow
 def _host_form(host: str) -> tuple[str, str]:
     """``(canonical host, "")``, or ``("", reason)`` if ``host`` has no canonical form."""
     try:
@@ -283,7 +283,7 @@ def _canonical_host_uncached(host: str) -> str:
     return host
 
 
-@lru_cache(maxsize=4096)  # the idna package takes ~30 us per host, and links repeat hosts
+@lru_cache(maxsize=4096)  # the idna package is slow (pure Python), and links repeat hosts
 def _idna_to_ascii(host: str) -> str | None:
     try:
         return idna.encode(host, uts46=True).decode("ascii")
@@ -480,7 +480,7 @@ class LinkCanonicalizer:
     """``UrlRules.canonicalize`` for the links of pages, behind a bounded cache.
 
     Pages repeat their links (navigation, footers, the same page linked from many others), and a
-    canonicalization costs several microseconds. A link is first made absolute where that is a
+    canonicalization costs far more than a lookup. A link is first made absolute where that is a
     plain join — a rooted ``/path`` onto the base's origin, a relative path onto its directory
     (RFC 3986's merge, dot segments removed unless escapes or backslashes make that the
     canonicalizer's job), ``//host`` onto its scheme, ``?q`` onto its document — and an absolute

@@ -214,7 +214,7 @@ class WorkerMetrics(ServiceMetrics):
     def page(self, outcome: str, status: int | None, length: int) -> None:
         key = (outcome, status_class(status))
         child = self._page_counters.get(key)
-        if child is None:  # labels() takes a lock and checks its arguments: ~1.4 us a page
+        if child is None:  # labels() takes a lock and checks its arguments per call
             child = self._page_counters[key] = self._pages.labels(*key)
         child.inc()
         if length > 0:

@@ -2,7 +2,7 @@
 
 nats-py's ``PullSubscription.fetch`` reads every delivered message through ``next_msg``, which
 makes a ``uuid4`` name, a task, and (``asyncio.wait_for`` on Python 3.11) a second task for each
-one: about 20 us a message, paid by the worker per task, by the dispatcher per frontier message
+one: a cost paid by the worker per task, by the dispatcher per frontier message
 and by ``jetcrawl crawl`` per result. ``pull`` keeps ``fetch``'s protocol — first whatever an
 earlier request left in the subscription's queue, then a ``no_wait`` request for the rest, and
 only when that finds nothing a request that waits — and reads the queue directly under one
