@@ -1,10 +1,10 @@
 """The local crawl's service processes: forked from the command, or started as new interpreters.
 
 ``jetcrawl crawl`` runs one dispatcher and N workers as processes of their own: the very
-``jetcrawl dispatcher`` and ``jetcrawl worker`` that compose runs, through ``cli.main``. Started
-as new interpreters, each one imports its code again: ~0.2 CPU s for a dispatcher, ~0.45 s for
-a worker (aiohttp, nats-py, aetcd, selectolax), a tenth of the CPU of a 10,000-page crawl with
-two workers. So where it is safe, the command imports that code once and forks its services
+``jetcrawl dispatcher`` and ``jetcrawl worker`` that compose runs, through the CLI's main (the
+``entry`` the command passes). Started as new interpreters, each one imports its code again
+(aiohttp, nats-py, aetcd, selectolax), a sizable share of a short crawl's CPU (bench/RESULTS.md).
+So where it is safe, the command imports that code once and forks its services
 (:class:`Prefork`) first thing, before it has a second thread or an event loop: each names itself
 ``jc-<role>`` (for ``ps``, ``top`` and the bench), says it is ready and waits on a socket pair
 until the command sends it its arguments, environment and log file (:class:`Launch`), once the
