@@ -7,7 +7,6 @@ the subcommand the parser chose, and turns jetcrawl's errors into one line and e
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +31,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `jetcrawl topology | head`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
-        return 0
