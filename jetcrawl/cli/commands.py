@@ -22,6 +22,11 @@ from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 
+# Exit statuses of `jetcrawl crawl` (README, "Exit status"): 0 a crawl that fetched pages, 1 one
+# that fetched none (its last lines say why), 2 bad input or a server or service that failed,
+# 130 interrupted.
+EXIT_NOTHING_FETCHED = 1
+
 if TYPE_CHECKING:
     from jetcrawl.local.services import Entry, Prefork
 
@@ -178,11 +183,17 @@ async def _crawl(
         print("jetcrawl: interrupted; every service was stopped", file=sys.stderr)
         return 130
     print(summary.line())
+    causes = summary.cause_lines()
+    if causes:
+        print("no page from:" if summary.fetched == 0 else "URLs without a page, by cause:")
+        for line in causes:
+            print(f"  {line}")
     if args.output:
         print(f"results written to {args.output}")
-    if summary.results == 0 and summary.dead_letters:
-        print("jetcrawl: no seed was accepted (see the dead letters above)", file=sys.stderr)
-        return 2
+    if summary.fetched == 0:
+        why = causes[0] if causes else "no URL was admitted (see the dead letters above)"
+        print(f"jetcrawl: no page was fetched: {why}", file=sys.stderr)
+        return EXIT_NOTHING_FETCHED
     return 0
 
 

@@ -478,6 +478,17 @@ class ResultHead:
             obj=obj,
         )
 
+    @property
+    def url(self) -> str:
+        return str(self.obj.get("url", ""))
+
+    @property
+    def error(self) -> Failure | None:
+        error = _field(self.obj, "error", dict, optional=True)
+        if error is None:
+            return None
+        return Failure(_field(error, "kind", str), _field(error, "message", str))
+
     def record(self) -> Result:
         return Result.from_obj(self.obj)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
@@ -18,6 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from jetcrawl.contract.messages import ResultHead
 from jetcrawl.contract.topology import RESULTS_PREFIX, RESULTS_STREAM
 from jetcrawl.local.interrupt import pause
+from jetcrawl.local.summary import Summary
 from jetcrawl.ops.export import Sink
 from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
 from jetcrawl.plumbing.pull import Cut, pull
@@ -27,31 +27,6 @@ log = logging.getLogger(__name__)
 COLLECT_BATCH = 512
 COLLECT_WAIT_S = 0.25
 COLLECT_PAUSE_S = 0.2
-
-
-@dataclass(slots=True)
-class Summary:
-    results: int = 0
-    duplicates: int = 0
-    by_outcome: dict[str, int] = field(default_factory=dict)
-    by_status_class: dict[str, int] = field(default_factory=dict)
-    dead_letters: int = 0
-    dead_reasons: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count
-    seconds: float = 0.0
-
-    def line(self) -> str:
-        rate = self.results / self.seconds if self.seconds else 0.0
-        parts = [f"crawled {self.results} URLs in {self.seconds:.1f} s ({rate:.1f}/s)"]
-        if self.by_outcome:
-            parts.append(", ".join(f"{k} {v}" for k, v in sorted(self.by_outcome.items())))
-        if self.by_status_class:
-            statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.by_status_class.items()))
-            parts.append(f"status {statuses}")
-        dead = sum(self.dead_reasons.values()) or self.dead_letters
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_reasons.items()))
-        parts.append(f"dead letters {dead}" + (f" ({reasons})" if reasons else ""))
-        parts.append(f"duplicate results {self.duplicates}")
-        return "; ".join(parts)
 
 
 class ResultCollector:
@@ -127,12 +102,7 @@ class ResultCollector:
             self.summary.duplicates += 1
             return
         self._seen.add(head.fp)
-        summary = self.summary
-        summary.results += 1
-        summary.by_outcome[head.outcome] = summary.by_outcome.get(head.outcome, 0) + 1
-        if head.status is not None:
-            key = f"{head.status // 100}xx"
-            summary.by_status_class[key] = summary.by_status_class.get(key, 0) + 1
+        self.summary.count(head)
         if self._sink is None:
             return
         bodies = self._bodies if self._sink.needs_bodies else None

@@ -33,12 +33,13 @@ from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, ensure
 from jetcrawl.local.children import Children, CrawlFailed, start_children
-from jetcrawl.local.collector import ResultCollector, Summary
+from jetcrawl.local.collector import ResultCollector
 from jetcrawl.local.drain import WATCHED_STREAMS, Cadence, Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.interrupt import Interrupt, Interrupted, pause
 from jetcrawl.local.progress import Progress
 from jetcrawl.local.services import Prefork
+from jetcrawl.local.summary import Summary
 from jetcrawl.ops.export import open_sink
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import connect

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import IO
 
-from jetcrawl.local.collector import Summary
 from jetcrawl.local.drain import Snapshot
+from jetcrawl.local.summary import Summary
 
 log = logging.getLogger(__name__)
 

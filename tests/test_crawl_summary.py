@@ -1,0 +1,88 @@
+"""``jetcrawl crawl``'s last lines and exit status tell the truth: what gave no page and why,
+with the fix where a flag is one; a crawl that fetched nothing exits 1 (issue 24)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from jetcrawl.local.summary import fix_for
+from tests.badsite import BadSite
+
+
+async def crawl(tmp_path: Path, *argv: str) -> tuple[int, list[str], list[str]]:
+    """``jetcrawl crawl ARGV`` with one worker: its exit status, stdout and stderr lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "jetcrawl", "crawl", *argv, "--workers", "1"),
+        *("--output", str(tmp_path / "out.jsonl"), "--set", "shards=2"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**env, "TMPDIR": str(tmp_path)},
+    )
+    async with asyncio.timeout(120):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode().splitlines(), err.decode().splitlines()
+
+
+async def test_a_loopback_seed_without_allow_net_exits_1_and_names_the_flag(
+    tmp_path: Path,
+) -> None:
+    async with BadSite(host="127.0.0.2") as site:
+        site.add("/", "<title>home</title>")
+        code, out, err = await crawl(tmp_path, site.url("/"))
+    port = site.url("/").split(":")[2].rstrip("/")
+    cause = (
+        f"blocked 1: {site.url('/')}: SSRF guard refused 127.0.0.2:{port} (loopback) "
+        "(127.0.0.2 is loopback: pass --allow-net 127.0.0.0/8)"
+    )
+    assert code == 1, (out, err)
+    assert out[1:3] == ["no page from:", f"  {cause}"], out
+    assert err[-1] == f"jetcrawl: no page was fetched: {cause}"
+
+
+async def test_with_allow_net_the_same_crawl_fetches_and_exits_0(tmp_path: Path) -> None:
+    async with BadSite(host="127.0.0.2") as site:
+        site.add("/", "<title>home</title><a href='/gone'>gone</a>")
+        site.add("/gone", "not here", status=404)
+        code, out, err = await crawl(tmp_path, site.url("/"), "--allow-net", "127.0.0.0/8")
+    assert code == 0, (out, err)
+    assert "URLs without a page, by cause:" in out
+    assert f"  http_404 1: {site.url('/gone')}: the server answered HTTP 404" in out
+    assert not any(line.startswith("jetcrawl: no page") for line in err)
+
+
+@pytest.mark.parametrize(
+    ("message", "fix"),
+    [
+        (
+            "SSRF guard refused 10.1.2.3:80 (private)",
+            "10.1.2.3 is private: pass --allow-net 10.0.0.0/8",
+        ),
+        (
+            "SSRF guard refused 192.168.7.1:8080 (private)",
+            "192.168.7.1 is private: pass --allow-net 192.168.0.0/16",
+        ),
+        (
+            "SSRF guard refused [fd00::1]:443 (private)",
+            "fd00::1 is private: pass --allow-net fc00::/7",
+        ),
+        (
+            "SSRF guard refused 127.0.0.1:4222 (mesh_endpoint)",
+            "that is the mesh's own NATS or etcd: never crawled",
+        ),
+        (
+            "SSRF guard refused its address",
+            "pass --allow-net CIDR to let the crawl reach that network",
+        ),
+    ],
+)
+def test_the_fix_for_a_refused_address_names_its_network(message: str, fix: str) -> None:
+    assert fix_for("blocked", message) == fix
+    assert fix_for("dns", message) is None, "only the guard has a flag to fix it"
