@@ -12,6 +12,7 @@ import pytest
 
 from jetcrawl.local.summary import fix_for
 from tests.badsite import BadSite
+from tests.streams import eventually
 
 
 async def crawl(tmp_path: Path, *argv: str) -> tuple[int, list[str], list[str]]:
@@ -86,3 +87,29 @@ async def test_with_allow_net_the_same_crawl_fetches_and_exits_0(tmp_path: Path)
 def test_the_fix_for_a_refused_address_names_its_network(message: str, fix: str) -> None:
     assert fix_for("blocked", message) == fix
     assert fix_for("dns", message) is None, "only the guard has a flag to fix it"
+
+
+async def test_records_reach_the_output_file_while_the_crawl_runs(tmp_path: Path) -> None:
+    # One page a second (Crawl-delay 1): the first records must be in the file long before
+    # the last page is fetched, not only when the file is closed at the end.
+    output = tmp_path / "out.jsonl"
+    async with BadSite(host="127.0.0.2") as site:
+        site.add("/", "<title>home</title>" + "".join(f"<a href='/p{n}'>p</a>" for n in range(4)))
+        for n in range(4):
+            site.add(f"/p{n}", f"<title>p{n}</title>")
+        site.add("/robots.txt", "User-agent: *\nCrawl-delay: 1\n", content_type="text/plain")
+        running = asyncio.create_task(crawl(tmp_path, site.url("/"), "--allow-net", "127.0.0.0/8"))
+
+        def written() -> int:
+            return len(output.read_bytes().splitlines()) if output.exists() else 0
+
+        async def two_lines_or_done() -> bool:  # a file has no event to wait on
+            return written() >= 2 or running.done()
+
+        await eventually(two_lines_or_done, within_s=60)
+        seen_while_running = (written(), len(site.log), running.done())
+        code, out, err = await running
+    assert code == 0, (out, err)
+    lines, requests, finished = seen_while_running
+    assert not finished and lines >= 2, seen_while_running
+    assert requests < 1 + 1 + 4, "read before the last page was fetched"

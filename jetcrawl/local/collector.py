@@ -90,6 +90,8 @@ class ResultCollector:
             return 0
         for msg in msgs:
             await self._record(msg.data)
+        if msgs and self._sink is not None:
+            self._sink.flush()  # on disk within a batch of being counted
         if msgs:  # parsing one reply subject is enough: they come in stream order
             self._last_seq = msgs[-1].metadata.sequence.stream
         return len(msgs)

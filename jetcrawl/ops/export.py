@@ -43,6 +43,9 @@ class Sink(Protocol):
 
     def write(self, result: Result | None, raw: bytes, body: bytes | None) -> None: ...
 
+    def flush(self) -> None:
+        """What was written reaches the file (a reader of a running crawl's output sees it)."""
+
     def close(self) -> None: ...
 
 
@@ -75,6 +78,9 @@ class JsonlSink:
     def write(self, result: Result | None, raw: bytes, body: bytes | None) -> None:
         self._stream.write(raw.rstrip(b"\n") + b"\n")
         self.written += 1
+
+    def flush(self) -> None:
+        self._stream.flush()
 
     def close(self) -> None:
         self._stream.flush()
@@ -119,6 +125,9 @@ class WarcSink:
         self._writer.write_record(request)
         self._writer.write_record(response)
         self.written += 1
+
+    def flush(self) -> None:
+        self._writer.out.flush()
 
     def close(self) -> None:
         self._writer.out.flush()
