@@ -269,6 +269,7 @@ class RawServer:
         self._handlers: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
+        self.connected = asyncio.Event()  # a client has connected
 
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -296,6 +297,7 @@ class RawServer:
         assert task is not None
         self._handlers.add(task)
         self._writers.add(writer)
+        self.connected.set()
         try:
             await reader.readuntil(b"\r\n\r\n")
             if self._delay_s:

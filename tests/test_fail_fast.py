@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
 
 from jetcrawl.cli import build_parser
+from jetcrawl.cli.runtime import STOP_GRACE_S
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import SettingsError
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import RESULTS_STREAM, ensure
 from jetcrawl.local.embedded import NatsServer, free_ports
+from tests.badsite import RawServer
+from tests.streams import eventually
 
 GIVE_UP_S = "2"
 
@@ -126,3 +134,57 @@ def test_politeness_flags_and_set_reach_the_settings() -> None:
     with pytest.raises(SettingsError):
         settings_from(parser.parse_args(["worker", "--set", "max_deferral=5"]))
     assert settings_from(parser.parse_args(["dispatcher", "--set", "shards=8"])).shards == 8
+
+
+async def interrupted(
+    argv: list[str], sig: signal.Signals, after: Callable[[], Awaitable[None]]
+) -> int:
+    """Start ``jetcrawl ARGV``, send ``sig`` once ``after()`` returns; its exit status, which
+    must come within the stop grace (and a margin for a loaded machine)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jetcrawl",
+        *argv,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
+    )
+    try:
+        await after()
+        assert proc.returncode is None, "still running when signalled"
+        proc.send_signal(sig)
+        async with asyncio.timeout(STOP_GRACE_S + 3):
+            return await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "command", [["status"], ["results"], ["dlq", "list"], ["topology", "--apply"]], ids=" ".join
+)
+async def test_a_signal_stops_a_command_that_is_still_connecting(
+    command: list[str], sig: signal.Signals
+) -> None:
+    # A server that accepts and never says a word: the connect would wait out its timeouts.
+    async with RawServer(b"", hang=True) as silent:
+        url = f"nats://127.0.0.1:{silent.port}"
+        argv = [*command, "--nats", url, "--connect-timeout", "60"]
+        code = await interrupted(argv, sig, lambda: silent.connected.wait())
+    assert code in (130, -sig), code
+
+
+async def test_a_signal_stops_results_follow(nats_server: NatsServer, js: JetStreamContext) -> None:
+    await ensure(js, Settings(nats_url=nats_server.url))
+
+    async def following() -> None:  # its consumer on the results stream is there
+        async def reading() -> bool:
+            return (await js.stream_info(RESULTS_STREAM)).state.consumer_count > 0
+
+        await eventually(reading)
+
+    argv = ["results", "--follow", "--nats", nats_server.url]
+    assert await interrupted(argv, signal.SIGTERM, following) == 0

@@ -11,12 +11,19 @@ import asyncio
 import contextlib
 import os
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from jetcrawl.cli.runtime import on_signals, run_async, tune_gc
+from jetcrawl.cli.runtime import (
+    STOP_GRACE_S,
+    cancel_on_signals,
+    on_signals,
+    run_async,
+    tune_gc,
+)
 from jetcrawl.cli.services import run_dispatcher, run_worker
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
@@ -35,7 +42,8 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from jetcrawl.contract.topology import as_cli_json
 
     if args.apply:
-        return int(run_async(lambda: apply_topology(settings_from(args))))
+        settings = settings_from(args)
+        return int(run_async(lambda: _until_signalled(apply_topology(settings))))
     doc = as_cli_json(settings_from(args))
     if args.write is None:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -111,9 +119,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 async def _status(settings: Settings, args: argparse.Namespace) -> int:
     from jetcrawl.ops.status import run_status as show
 
-    task = asyncio.current_task()
-    assert task is not None
-    on_signals(task.cancel)
+    cancel_on_signals()
     try:
         await show(
             settings, watch_s=args.watch, interval_s=args.interval, as_json=args.json, job=args.job
@@ -210,7 +216,7 @@ async def _results(settings: Settings, args: argparse.Namespace) -> int:
         follow=args.follow,
     )
     stop = asyncio.Event()  # an event, not a cancellation: see jetcrawl.local.interrupt.Interrupt
-    on_signals(stop.set)
+    on_signals(stop.set, grace_s=STOP_GRACE_S)
     written, skipped = await export_results(settings, query, args.output, args.format, stop)
     print(f"{written} records written, {skipped} without a WARC form skipped", file=sys.stderr)
     return 130 if stop.is_set() and not args.follow else 0
@@ -219,6 +225,17 @@ async def _results(settings: Settings, args: argparse.Namespace) -> int:
 async def _dlq(settings: Settings, args: argparse.Namespace) -> int:
     from jetcrawl.ops.dlq import run_command
 
-    return await run_command(
-        settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)
+    return await _until_signalled(
+        run_command(
+            settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)
+        )
     )
+
+
+async def _until_signalled(command: Awaitable[int]) -> int:
+    """``command``'s exit status, or 130 when Ctrl-C or SIGTERM cancelled it."""
+    cancel_on_signals()
+    try:
+        return await command
+    except asyncio.CancelledError:
+        return 130

@@ -24,10 +24,41 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def on_signals(stop: Callable[[], object]) -> None:
+STOP_GRACE_S = 2.0  # how long a command may take to stop after Ctrl-C or SIGTERM
+
+
+def on_signals(stop: Callable[[], object], *, grace_s: float | None = None) -> None:
+    """Call ``stop`` on SIGINT or SIGTERM. With ``grace_s``, a process still running that long
+    after the signal is ended by it, as if no handler were set: whatever it was waiting on
+    (a connect, a server that does not answer), Ctrl-C stops a command."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, _stopping, loop, sig, stop, grace_s)
+
+
+def _stopping(
+    loop: asyncio.AbstractEventLoop,
+    sig: signal.Signals,
+    stop: Callable[[], object],
+    grace_s: float | None,
+) -> None:
+    stop()
+    if grace_s is not None:
+        loop.call_later(grace_s, _end_by, sig)
+
+
+def _end_by(sig: signal.Signals) -> None:
+    print(f"jetcrawl: not stopped {STOP_GRACE_S:g} s after {sig.name}; ending", file=sys.stderr)
+    sys.stderr.flush()
+    signal.signal(sig, signal.SIG_DFL)
+    signal.raise_signal(sig)
+
+
+def cancel_on_signals() -> None:
+    """Ctrl-C or SIGTERM cancels the running command (its task), ending it within the grace."""
+    task = asyncio.current_task()
+    assert task is not None, "from inside the command's task"
+    on_signals(task.cancel, grace_s=STOP_GRACE_S)
 
 
 def run_async(main: Callable[[], Awaitable[Any]]) -> Any:
