@@ -28,12 +28,15 @@ from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
+from nats.js import JetStreamContext
 
 from bench.runners import stored_messages_in
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.local.crawl import nats_threads
+from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import NAME_PREFIX
+from tests.ledger import read_ledger
 from tests.procfs import EXITED, environ, stat
 from tests.site import MultiHostSite
 from tests.streams import eventually
@@ -597,6 +600,43 @@ async def test_a_service_that_dies_fails_the_crawl(tmp_path: Path, site: MultiHo
     assert finished.leftovers == []
     assert "Traceback" not in finished.stderr, finished.explain()
     assert finished.returncode == 2, finished.explain()  # like every other JetcrawlError
+
+
+@pytest.mark.parametrize("victim", ["worker", "dispatcher"])
+async def test_a_service_killed_mid_crawl_is_started_again_and_nothing_is_lost(
+    tmp_path: Path,
+    nats_server: NatsServer,
+    etcd_server: EtcdServer,
+    js: JetStreamContext,
+    victim: str,
+) -> None:
+    # The mesh's own servers are the test's, so that the ledger can be read after the crawl.
+    quick = {
+        "JETCRAWL_HOST_DELAY_S": "0.02",
+        "JETCRAWL_LEASE_TTL_S": "2",
+        "JETCRAWL_ACK_WAIT_S": "2",
+        "JETCRAWL_DUPLICATE_WINDOW_S": "600",
+    }
+    servers = ("--nats", nats_server.url, "--etcd", etcd_server.url)
+    async with (
+        MultiHostSite(seed=7, hosts=3, pages_per_host=80) as site,
+        Crawl(tmp_path, *site.seeds, "--scope", "any", *servers, env=quick) as running,
+    ):
+
+        def results_so_far() -> int:
+            return len(running.output.read_bytes().splitlines()) if running.output.exists() else 0
+
+        await running.until(lambda: results_so_far() >= 20, CRAWL_TIMEOUT_S, "crawling")
+        [killed, *_] = [p for p in running.services() if p.kind == victim]
+        killed.kill()
+        finished = await running.finish()
+    assert finished.returncode == 0, finished.explain()
+    assert re.search(rf"{victim}(-\d)? exited with code -9; starting it again", finished.stderr)
+    assert "services restarted 1" in finished.stdout, finished.explain()
+    ledger = await read_ledger(js)
+    print(ledger.summary())
+    assert (ledger.lost, ledger.unexpected, ledger.duplicates) == (frozenset(), frozenset(), 0)
+    assert len(ledger.admitted) == finished.summary_count() > 100
 
 
 async def test_unknown_setting_is_named_and_nothing_starts(tmp_path: Path) -> None:

@@ -141,6 +141,7 @@ async def crawl(
             for stream, last in zip(WATCHED_STREAMS, drained.last_seqs, strict=True)
         )
         log.info("messages stored by this crawl: %s", counts)
+        summary.restarts = children.restarted
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -174,7 +175,7 @@ async def _wait_for_workers(
         while time.monotonic() < deadline:
             if interrupt.requested.is_set():
                 raise Interrupted("interrupted before the crawl started")
-            children.check()
+            await children.supervise()
             owners = list((await read_ownership(settings, etcd)).values())
             counts = [owners.count(owner) for owner in set(owners)]
             balanced = bool(counts) and max(counts) - min(counts) <= 1
@@ -271,7 +272,7 @@ async def _wait_drained(
             # exit is then no failure.
             if interrupt.requested.is_set():
                 raise Interrupted("interrupted")
-            children.check()
+            await children.supervise()
             current = await snapshot(js, settings.shards, previous)
             summary.dead_letters = current.dead
             progress.show(current, summary, time.monotonic() - started)

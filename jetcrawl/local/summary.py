@@ -43,6 +43,7 @@ class Summary:
     dead_letters: int = 0
     dead_reasons: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count
     seconds: float = 0.0
+    restarts: int = 0  # services that died and were started again
     causes: dict[str, Cause] = field(default_factory=dict)  # why URLs gave no page, by cause
 
     @property
@@ -90,6 +91,8 @@ class Summary:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_reasons.items()))
         parts.append(f"dead letters {dead}" + (f" ({reasons})" if reasons else ""))
         parts.append(f"duplicate results {self.duplicates}")
+        if self.restarts:
+            parts.append(f"services restarted {self.restarts}")
         return "; ".join(parts)
 
 
