@@ -504,6 +504,31 @@ def _outcome(obj: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitingOn:
+    """A URL a worker holds, or has handed back, and what it waits for."""
+
+    url: str
+    why: str  # "host turn", "Retry-After", "robots.txt", "fetching", "retry 2 after timeout", ...
+    since: float  # unix time it began to wait so
+    due: float | None = None  # unix time it is due back (handed back or retried), if known
+
+    def to_obj(self) -> dict[str, Any]:
+        return {"url": self.url, "why": self.why, "since": self.since, "due": self.due}
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> Self:
+        if not isinstance(obj, dict):
+            raise MessageError("wrong_type", "waiting_on items must be objects")
+        due = _field(obj, "due", (int, float), optional=True)
+        return cls(
+            url=_field(obj, "url", str),
+            why=_field(obj, "why", str),
+            since=float(_field(obj, "since", (int, float))),
+            due=None if due is None else float(due),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerReport:
     """What a worker says of its waiting room, kept in KV ``crawl_workers`` under its id.
 
@@ -518,6 +543,9 @@ class WorkerReport:
     handed_back: int  # waiting tasks handed back to JetStream, ever
     handbacks_due: int  # of those, due back still
     furthest_due_at: float | None  # unix time the last of those is due
+    hosts_waiting: int = 0  # hosts whose tasks wait for their turn here
+    hosts_paused: int = 0  # of those, paused by a 429/503 Retry-After
+    waiting_on: tuple[WaitingOn, ...] = ()  # the longest waits, a few
 
     def to_wire(self) -> bytes:
         return orjson.dumps(
@@ -530,6 +558,9 @@ class WorkerReport:
                 "handed_back": self.handed_back,
                 "handbacks_due": self.handbacks_due,
                 "furthest_due_at": self.furthest_due_at,
+                "hosts_waiting": self.hosts_waiting,
+                "hosts_paused": self.hosts_paused,
+                "waiting_on": [w.to_obj() for w in self.waiting_on],
             }
         )
 
@@ -546,4 +577,9 @@ class WorkerReport:
             handed_back=_field(obj, "handed_back", int),
             handbacks_due=_field(obj, "handbacks_due", int),
             furthest_due_at=None if furthest is None else float(furthest),
+            hosts_waiting=_field(obj, "hosts_waiting", int, optional=True) or 0,
+            hosts_paused=_field(obj, "hosts_paused", int, optional=True) or 0,
+            waiting_on=tuple(
+                WaitingOn.from_obj(w) for w in _field(obj, "waiting_on", list, optional=True) or ()
+            ),
         )

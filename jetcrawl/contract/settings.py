@@ -172,6 +172,7 @@ class Settings:
     # (jetcrawl/local/services.py), where the platform allows; off: each starts as a new
     # `python -m jetcrawl` interpreter.
     local_fork: bool = True
+    progress_log_every_s: float = 5.0  # without a terminal, a progress log line this often
 
     # --- fault injection for the fault-tolerance tests ("" in production)
     fault: str = ""

@@ -30,6 +30,7 @@ from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, ensure
 from jetcrawl.local.children import Children, CrawlFailed, start_children
@@ -37,10 +38,11 @@ from jetcrawl.local.collector import ResultCollector
 from jetcrawl.local.drain import WATCHED_STREAMS, Cadence, Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.interrupt import Interrupt, Interrupted, pause
-from jetcrawl.local.progress import Progress
+from jetcrawl.local.progress import Progress, State
 from jetcrawl.local.services import Prefork
 from jetcrawl.local.summary import Summary
 from jetcrawl.ops.export import open_sink
+from jetcrawl.ops.status import read_reports
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import connect
 
@@ -53,6 +55,7 @@ WORKERS_READY_TIMEOUT_S = 30.0
 WORKERS_PER_NATS_CORE = 4
 WORKERS_POLL_S = 0.05  # how often the shard owners are read until the workers share them
 DEAD_REASONS_READ_MAX = 10_000
+REPORTS_EVERY_S = 1.0  # the workers' reports, for the progress: read this often at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +266,11 @@ async def _wait_drained(
     interrupt: Interrupt,
 ) -> Snapshot:
     """The snapshot that shows the crawl drained."""
-    progress = Progress(sys.stderr)
+    progress = Progress(sys.stderr, settings.progress_log_every_s)
     previous: Snapshot | None = None
     cadence = Cadence()
+    reports: tuple[WorkerReport, ...] = ()
+    reports_read = -math.inf
     try:
         while True:
             # Checked before the services: on Ctrl-C a terminal signals them too, and their
@@ -275,7 +280,10 @@ async def _wait_drained(
             await children.supervise()
             current = await snapshot(js, settings.shards, previous)
             summary.dead_letters = current.dead
-            progress.show(current, summary, time.monotonic() - started)
+            if time.monotonic() - reports_read >= REPORTS_EVERY_S:
+                reports, reports_read = await read_reports(js), time.monotonic()
+            elapsed = time.monotonic() - started
+            progress.show(State(current, summary, elapsed, reports, time.time()))
             if current.settled_after(previous):
                 return current
             previous = current
