@@ -302,9 +302,22 @@ async def test_the_total_timeout_covers_the_redirect_chain(badsite: BadSite) -> 
         gate.set()
 
 
-async def test_connection_refused_is_a_transient_connect_error(fetcher: Fetcher) -> None:
+async def test_connection_refused_is_a_transient_refused_error(fetcher: Fetcher) -> None:
     error = await fetch_error(fetcher, f"http://127.0.0.1:{free_port()}/")
-    assert (error.kind, error.transient) == ("connect", True)
+    assert (error.kind, error.transient) == ("refused", True)
+
+
+async def test_a_failed_tls_handshake_is_a_tls_error_not_worth_a_retry(fetcher: Fetcher) -> None:
+    async def plain_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")  # no TLS
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(plain_http, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        error = await fetch_error(fetcher, f"https://127.0.0.1:{port}/")
+    assert (error.kind, error.transient) == ("tls", False), error
 
 
 async def test_an_unknown_host_is_a_dns_error(fetcher: Fetcher) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from jetcrawl.contract.topology import FRONTIER_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsServer
-from jetcrawl.plumbing.metrics import status_class
+from jetcrawl.plumbing.metrics import WorkerMetrics, status_class
 from tests.mesh import Mesh
 from tests.scrape import Samples, free_port, probe, scrape
 from tests.site import MultiHostSite
@@ -124,3 +124,13 @@ def _pages(samples: Samples) -> Counter[tuple[str, str]]:
         if name == "jetcrawl_pages_total" and value:
             out[(dict(labels)["outcome"], dict(labels)["status_class"])] = int(value)
     return out
+
+
+def test_failures_are_counted_by_their_cause() -> None:
+    metrics = WorkerMetrics("jetcrawl-worker", "0.1.0", "w1")
+    for kind in ("dns", "refused", "dns"):
+        metrics.failure(kind)
+    sample = metrics.registry.get_sample_value
+    assert sample("jetcrawl_fetch_failures_total", {"kind": "dns"}) == 2
+    assert sample("jetcrawl_fetch_failures_total", {"kind": "refused"}) == 1
+    assert sample("jetcrawl_fetch_failures_total", {"kind": "tls"}) is None

@@ -127,7 +127,7 @@ async def test_an_unreachable_robots_disallows_for_a_minute_then_is_fetched_agai
     badsite: BadSite, robots: Robots, clock: Clock, status: int
 ) -> None:
     serve(badsite, "", status=status)
-    unavailable = RobotsVerdict(False, "unavailable", None)
+    unavailable = RobotsVerdict(False, "unavailable", None, detail=f"HTTP {status}")
     assert await robots.check(badsite.url("/a")) == unavailable
     clock.now += UNAVAILABLE_TTL_S - 1
     assert await robots.check(badsite.url("/a")) == unavailable
@@ -143,7 +143,8 @@ async def test_a_network_failure_is_unavailable(robots: Robots) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     verdict = await robots.check(f"http://127.0.0.1:{port}/a")  # nothing listens there
-    assert verdict == RobotsVerdict(False, "unavailable", None)
+    assert (verdict.allowed, verdict.reason) == (False, "unavailable")
+    assert verdict.detail.startswith("refused: "), "says why"
 
 
 async def test_the_last_rules_read_stay_while_robots_is_unreachable(

@@ -137,9 +137,8 @@ class TaskProcessor:
         started = time.time()
         verdict = await self._telemetry.robots(self._robots.check(task.url))
         if not verdict.allowed and verdict.reason == "unavailable":
-            await self._failed(
-                msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, "robots.txt unavailable"
-            )
+            why = f"robots.txt unavailable: {verdict.detail or 'no answer'}"
+            await self._failed(msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, why)
             return
         if not verdict.allowed:
             self.stats.disallowed += 1

@@ -4,7 +4,9 @@ JetcrawlError                  (jetcrawl.contract.errors)
 └── WorkerError                base of every error the worker raises on purpose
     └── FetchError             a URL could not be fetched; ``kind`` says why:
             timeout              no connection, no response or no body within the timeouts
-            connect              refused, reset, dropped mid-response, TLS failure
+            refused              the server's address refused the connection (nothing listens)
+            connect              reset, dropped mid-response, unreachable
+            tls                  the TLS handshake failed (certificate, protocol): not transient
             dns                  the host name does not resolve
             too_large            the body is over ``max_body_bytes`` (counted decompressed)
             too_many_redirects   a redirect loop, or more hops than ``max_redirects``
@@ -24,7 +26,9 @@ from jetcrawl.contract.errors import JetcrawlError
 
 FetchErrorKind = Literal[
     "timeout",
+    "refused",
     "connect",
+    "tls",
     "dns",
     "too_large",
     "too_many_redirects",
@@ -35,7 +39,7 @@ FetchErrorKind = Literal[
 ]
 FETCH_ERROR_KINDS: frozenset[str] = frozenset(get_args(FetchErrorKind))
 # Worth another attempt later: the same request may well succeed. The others will not.
-TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "connect", "dns"})
+TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "refused", "connect", "dns"})
 
 
 class WorkerError(JetcrawlError):
@@ -45,8 +49,7 @@ class WorkerError(JetcrawlError):
 class FetchError(WorkerError):
     """A fetch failed; ``url`` is the URL of the request (or redirect hop) that failed.
 
-    ``transient`` follows from ``kind`` unless given: a TLS certificate error, for one, is a
-    connect error that retrying will not fix.
+    ``transient`` follows from ``kind`` unless given.
     """
 
     def __init__(

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -399,8 +401,14 @@ def _fetch_error(
         return FetchError("decoding", message, url)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return FetchError("dns", message, url)
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return FetchError("connect", message, url, transient=False)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError) or (
+        _caused_by(exc, ssl.SSLError)
+    ):
+        return FetchError("tls", message, url)
+    if _caused_by(exc, ConnectionRefusedError) or (
+        isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED
+    ):
+        return FetchError("refused", message, url)
     if isinstance(exc, aiohttp.ClientPayloadError):
         # The connection ended before the body did (Content-Length or chunks not satisfied).
         return FetchError("connect", message, url)

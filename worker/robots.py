@@ -64,9 +64,9 @@ class RobotsVerdict:
     allowed: bool
     reason: VerdictReason
     crawl_delay_s: float | None
+    detail: str = ""  # why robots.txt is unavailable ("dns: ...", "HTTP 503")
 
 
-_UNAVAILABLE = RobotsVerdict(allowed=False, reason="unavailable", crawl_delay_s=None)
 _NO_ROBOTS = RobotsVerdict(allowed=True, reason="no_robots", crawl_delay_s=None)
 
 
@@ -168,21 +168,24 @@ class Robots:
             if exc.kind in _NO_ROBOTS_KINDS:
                 return self._verdict_entry(_NO_ROBOTS, FOUND_TTL_S)
             log.info("robots.txt of %s unavailable: %s", origin, exc)
-            return self._unavailable(origin)
+            return self._unavailable(origin, f"{exc.kind}: {exc.message}")
         if 200 <= status < 300:
             rules = Protego.parse(text.removeprefix("\ufeff"))
             return _Entry(rules, _NO_ROBOTS, self._clock() + FOUND_TTL_S)
         if status == 429 or status >= 500:
             log.info("robots.txt of %s unavailable: HTTP %d", origin, status)
-            return self._unavailable(origin)
+            return self._unavailable(origin, f"HTTP {status}")
         return self._verdict_entry(_NO_ROBOTS, FOUND_TTL_S)
 
-    def _unavailable(self, origin: str) -> _Entry:
+    def _unavailable(self, origin: str, detail: str) -> _Entry:
         previous = self._entries.get(origin)
-        if previous is not None and previous.verdict is not _UNAVAILABLE:
+        if previous is not None and previous.verdict.reason != "unavailable":
             # Keep the rules last read; look again soon.
             return _Entry(previous.rules, previous.verdict, self._clock() + UNAVAILABLE_TTL_S)
-        return self._verdict_entry(_UNAVAILABLE, UNAVAILABLE_TTL_S)
+        verdict = RobotsVerdict(
+            allowed=False, reason="unavailable", crawl_delay_s=None, detail=detail
+        )
+        return self._verdict_entry(verdict, UNAVAILABLE_TTL_S)
 
     def _verdict_entry(self, verdict: RobotsVerdict, ttl_s: float) -> _Entry:
         return _Entry(None, verdict, self._clock() + ttl_s)

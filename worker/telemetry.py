@@ -147,6 +147,8 @@ class TaskTelemetry:
         """A task's result is stored and the task acked: count the page."""
         if self._metrics is not None:
             self._metrics.page(result.outcome, result.status, result.length)
+            if result.error is not None:
+                self._metrics.failure(result.error.kind)
         if self._on:
             span = get_current_span()
             span.set_attribute(URL, result.url)

@@ -23,6 +23,7 @@ Worker (``WorkerMetrics``)::
                                          fetched (status_class 1xx..5xx), robots_disallowed or
                                          failed (status_class "none")
     jetcrawl_fetched_bytes_total         response body bytes (Content-Length when not read)
+    jetcrawl_fetch_failures_total{kind}  tasks that ended without a page, by cause
     jetcrawl_fetch_duration_seconds      histogram: the HTTP GET of a task, failures included
     jetcrawl_robots_denials_total        tasks robots.txt did not allow
     jetcrawl_task_retries_total          tasks handed back with nak(delay)
@@ -195,6 +196,13 @@ class WorkerMetrics(ServiceMetrics):
             registry=self.registry,
         )
         self._page_counters: dict[tuple[str, str], Counter] = {}
+        self._failures = Counter(
+            "jetcrawl_fetch_failures",
+            "Tasks that ended without a page, by cause (dns, refused, tls, timeout, too_large, "
+            "blocked, robots_unavailable, http_status, ...).",
+            ["kind"],
+            registry=self.registry,
+        )
         self._bytes = Counter(
             "jetcrawl_fetched_bytes", "Response body bytes fetched.", registry=self.registry
         )
@@ -219,6 +227,9 @@ class WorkerMetrics(ServiceMetrics):
         child.inc()
         if length > 0:
             self._bytes.inc(length)
+
+    def failure(self, kind: str) -> None:
+        self._failures.labels(kind).inc()
 
     def bind(self, worker: WorkerView) -> None:
         self.read_counters(
