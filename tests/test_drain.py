@@ -19,7 +19,7 @@ from jetcrawl.local.crawl import (
 )
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
-from tests.streams import eventually
+from tests.support.streams import eventually
 
 
 async def test_a_task_jetstream_gave_up_on_counts_only_while_the_streams_move(

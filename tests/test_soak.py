@@ -24,8 +24,8 @@ import pytest
 
 from jetcrawl.contract.topology import TASKS_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsCluster
-from tests.mesh import Mesh
-from tests.site import MultiHostSite
+from tests.support.mesh import Mesh
+from tests.support.site import MultiHostSite
 from tests.test_faults import finish, stream_leader
 
 SOAK_SEED = 20261129
