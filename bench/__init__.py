@@ -1,7 +1,7 @@
 """The benchmark harness: jetcrawl against Scrapy and bare fetch loops on one synthetic site.
 
-site.py           the site model: seeded, multi-host, with its exact expected crawl
-siteserver.py     the site, served by separate lean processes; request counts and crawl span
+siteserver.py     the site (tests/support/site/tree.py, shared with the tests), served by
+                  separate lean processes; request counts and crawl span
 procs.py          CPU and RSS of a process tree from /proc; the environment of children
 bare.py           baselines: aiohttp fetch loop over the known URLs, with/without extraction
 scrapy_spider.py  Scrapy with equivalent settings and jetcrawl's canonical fingerprints

@@ -35,8 +35,8 @@ from bench.profile import Profile, Profiler, py_spy
 from bench.reading import measure_reading, reading_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
-from bench.site import Site, SiteSpec
 from bench.siteserver import SiteServer
+from tests.support.site.tree import SiteSpec, generate
 
 __all__ = ["main"]
 
@@ -138,7 +138,7 @@ def throughput(args: argparse.Namespace) -> Report:
 
     out: Path = args.out
     with SiteServer(spec, args.site_processes, out / "logs") as site:
-        expected = Site.generate(spec).expected(site.authorities)
+        expected = generate(spec).expected(site.authorities)
         ctx = Context(site, expected, out, args.timeout, jetcrawl_env(out) | _env_flags(args.env))
         _say(
             f"site: {spec.hosts} hosts, {len(expected.fetchable)} fetchable URLs, "

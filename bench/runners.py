@@ -33,8 +33,8 @@ from bench.procs import (
     run_monitored,
     self_cpu_s,
 )
-from bench.site import Expected
 from bench.siteserver import SiteServer, SiteStats
+from tests.support.site.model import Expected
 
 __all__ = [
     "SYSTEMS",

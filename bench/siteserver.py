@@ -35,7 +35,8 @@ from aiohttp import web
 
 from bench.loop import run
 from bench.procs import DIE_WITH_PARENT, child_env
-from bench.site import DISALLOWED_PREFIX, Site, SiteSpec, address
+from tests.support.site.model import DISALLOWED_PREFIX
+from tests.support.site.tree import SiteSpec, address, generate
 
 __all__ = ["SiteServer", "SiteStats"]
 
@@ -283,7 +284,7 @@ def _response(status: int, kind: str, body: bytes) -> bytes:
 
 
 async def _serve(spec: SiteSpec, fds: list[int], authorities: list[str]) -> None:
-    site = Site.generate(spec)
+    site = generate(spec)
     table = {key: _response(*answer) for key, answer in site.responses(authorities).items()}
     del site
     counters = _Counters()

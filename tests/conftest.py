@@ -4,7 +4,7 @@ nats_server   a started single NatsServer with JetStream (store under tmp_path)
 nc, js        a nats-py client connected to nats_server, and its JetStream context
 nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
 etcd_server   a started single-member EtcdServer
-site          a started MultiHostSite (tests/site.py) with a fixed seed
+site          a started MultiHostSite (tests/support/site.py) with a fixed seed
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 
 import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
-from tests.site import MultiHostSite
+from tests.support.site import MultiHostSite
 
 SITE_SEED = 20240601
 

@@ -22,8 +22,8 @@ from bench.cli import COMPILED_PACKAGES, byte_compile, main
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
 from bench.report import Report
 from bench.runners import Output, RunResult, check, classify
-from bench.site import Site, SiteSpec
 from bench.siteserver import SiteServer, SiteStats
+from tests.support.site.tree import SiteSpec, generate
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="the harness reads Linux /proc"
@@ -156,7 +156,7 @@ def test_results_command_reads_every_record_with_each_reader(tmp_path: Path) -> 
 
 
 def test_the_check_catches_a_crawl_that_is_not_the_known_set() -> None:
-    expected = Site.generate(TINY).expected(AUTHORITIES)
+    expected = generate(TINY).expected(AUTHORITIES)
     urls = sorted(expected.fetchable)
     right = Output(fetched=dict(expected.fetchable), disallowed=set(expected.disallowed))
     site = SiteStats(counts=Counter(urls))
@@ -172,9 +172,9 @@ def test_the_check_catches_a_crawl_that_is_not_the_known_set() -> None:
 
 
 def test_the_site_knows_its_answer() -> None:
-    site = Site.generate(TINY)
+    site = generate(TINY)
     expected = site.expected(AUTHORITIES)
-    assert Site.generate(TINY).expected(AUTHORITIES) == expected  # deterministic
+    assert generate(TINY).expected(AUTHORITIES) == expected  # deterministic
     assert len(expected.fetchable) == TINY.pages
     statuses = set(expected.fetchable.values())
     assert {200, 404} <= statuses and statuses & {301, 302}
@@ -206,7 +206,7 @@ def _exchange(authority: str, raw: bytes) -> bytes:
 
 
 def test_the_site_server_answers_http_1_1_and_counts_what_was_asked(tmp_path: Path) -> None:
-    site = Site.generate(TINY)
+    site = generate(TINY)
     with SiteServer(TINY, 1, tmp_path) as server:
         authority = server.authorities[0]
         table = site.responses(server.authorities)

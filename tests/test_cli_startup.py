@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from jetcrawl.local.embedded import NatsServer
-from tests.streams import eventually
+from tests.support.streams import eventually
 
 # Run in a fresh interpreter: the test process has aiohttp loaded already.
 PROBE = """

@@ -36,10 +36,10 @@ from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.local.crawl import nats_threads
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import NAME_PREFIX
-from tests.ledger import read_ledger
-from tests.procfs import EXITED, environ, stat
-from tests.site import MultiHostSite
-from tests.streams import eventually
+from tests.support.ledger import read_ledger
+from tests.support.procfs import EXITED, environ, stat
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually
 
 SHARDS = 16
 ALLOW_LOOPBACK = ("--allow-net", "127.0.0.0/8")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jetcrawl.local.summary import fix_for
-from tests.badsite import BadSite
-from tests.streams import eventually
+from tests.support.badsite import BadSite
+from tests.support.streams import eventually
 
 
 async def crawl(tmp_path: Path, *argv: str) -> tuple[int, list[str], list[str]]:

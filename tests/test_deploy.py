@@ -11,7 +11,7 @@ checked two ways:
   ``environment``) as local processes, compose host names mapped to loopback and ports chosen
   free, against a nats-server started from compose's own command with nats/ and its users. Seeds
   published as ``seeder`` are crawled; a second and a third worker started later take shards; the
-  local OTLP receiver (tests/otlp.py) stands in for Jaeger and gets the spans; and the least
+  local OTLP receiver (tests/support/otlp.py) stands in for Jaeger and gets the spans; and the least
   privilege of nats/accounts.conf is shown by what each user is refused.
 """
 
@@ -72,10 +72,10 @@ from jetcrawl.local.embedded import (
 )
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.registry import read_ownership
-from tests.mesh import Service
-from tests.otlp import OtlpReceiver, ReceivedSpan
-from tests.site import MultiHostSite
-from tests.streams import eventually, read_until, stored
+from tests.support.mesh import Service
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually, read_until, stored
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())

@@ -20,7 +20,7 @@ from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, PublishFailed
 from jetcrawl.worker.crawl import CrawlStats
 from jetcrawl.worker.discovered import DiscoveredOutbox, merged
-from tests.streams import stored
+from tests.support.streams import stored
 from tests.test_sent import PATHS, crawl_where_every_page_links_every_page
 
 HOST = Lineage(job="j", scope="host", root="a.test", max_depth=5)

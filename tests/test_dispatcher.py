@@ -39,7 +39,7 @@ from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bus import Outbox
 from jetcrawl.plumbing.metrics import DispatcherMetrics
-from tests.streams import eventually, read_until, seen_keys, stored
+from tests.support.streams import eventually, read_until, seen_keys, stored
 
 SHARDS = 8
 

@@ -29,9 +29,9 @@ from jetcrawl.contract.topology import (
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
-from tests.badsite import BadSite
-from tests.mesh import Mesh
-from tests.streams import eventually, stored
+from tests.support.badsite import BadSite
+from tests.support.mesh import Mesh
+from tests.support.streams import eventually, stored
 
 POISON = "/poison"
 

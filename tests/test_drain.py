@@ -20,7 +20,7 @@ from jetcrawl.local.drain import (
     snapshot,
 )
 from jetcrawl.local.embedded import NatsServer
-from tests.streams import eventually
+from tests.support.streams import eventually
 
 
 async def test_a_task_jetstream_gave_up_on_counts_only_while_the_streams_move(

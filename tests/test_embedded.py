@@ -26,8 +26,8 @@ from jetcrawl.local.embedded import (
     etcd_binary,
     nats_server_binary,
 )
-from tests.procfs import environ
-from tests.streams import add_replicated, read_until
+from tests.support.procfs import environ
+from tests.support.streams import add_replicated, read_until
 
 
 def alive(pid: int) -> bool:

@@ -20,8 +20,8 @@ from jetcrawl.contract.errors import SettingsError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import RESULTS_STREAM, ensure
 from jetcrawl.local.embedded import NatsServer, free_ports
-from tests.badsite import RawServer
-from tests.streams import eventually
+from tests.support.badsite import RawServer
+from tests.support.streams import eventually
 
 GIVE_UP_S = "2"
 

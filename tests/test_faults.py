@@ -1,7 +1,7 @@
 """Faults of the servers under a crawl, on a 3-node JetStream cluster with R3 streams.
 
 Each scenario injects its fault into a running crawl (one dispatcher, three workers, processes),
-lets the crawl finish, and checks the ledger (tests/ledger.py): every URL admitted to
+lets the crawl finish, and checks the ledger (tests/support/ledger.py): every URL admitted to
 ``crawl_seen`` has exactly one result record, and the results are exactly the site's reachable
 set. The issue asks for 20 s outages; ``OUTAGE_S`` is shorter to keep the default suite fast
 (the soak, ``-m soak``, uses 20 s ones). An outage is a timed wait: that is the fault itself;
@@ -23,10 +23,10 @@ from nats.js.errors import Error as JetStreamError
 from jetcrawl.contract.topology import SEEDS, TASKS_STREAM
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
-from tests.ledger import Ledger, read_ledger
-from tests.mesh import Mesh
-from tests.site import MultiHostSite
-from tests.streams import eventually, read_until
+from tests.support.ledger import Ledger, read_ledger
+from tests.support.mesh import Mesh
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually, read_until
 
 OUTAGE_S = 8.0
 WORKERS = ("w1", "w2", "w3")

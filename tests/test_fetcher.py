@@ -16,7 +16,7 @@ from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import ACCEPT_ENCODING, Fetcher, media_type
 from jetcrawl.worker.parse import extract
-from tests.badsite import STREAM_BYTES, BadSite, MiB, RawServer
+from tests.support.badsite import STREAM_BYTES, BadSite, MiB, RawServer
 
 HTML = b"<!doctype html><html><head><title>t</title></head><body><a href='/x'>x</a></body></html>"
 # At most what the server side may have written before the client stopped reading, kernel socket

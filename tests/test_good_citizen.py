@@ -37,8 +37,8 @@ from jetcrawl.ops.status import Status, read_reports
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.worker import Worker
 from jetcrawl.worker.crawl import PUBLISH_TRIES
-from tests.badsite import BadSite
-from tests.streams import eventually, stored
+from tests.support.badsite import BadSite
+from tests.support.streams import eventually, stored
 
 SHARDS = 4
 

@@ -10,7 +10,7 @@ from jetcrawl.contract.topology import ensure
 from jetcrawl.plumbing.endpoint import Endpoint
 from jetcrawl.plumbing.health import Readiness, nats_ready
 from jetcrawl.plumbing.metrics import DispatcherMetrics, WorkerMetrics
-from tests.scrape import free_port, probe, scrape
+from tests.support.scrape import free_port, probe, scrape
 
 
 async def test_alive_at_once_ready_only_when_every_check_passes(

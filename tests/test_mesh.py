@@ -13,9 +13,9 @@ import pytest
 
 from jetcrawl.contract.topology import TASKS_STREAM, shard_consumer
 from jetcrawl.local.embedded import EtcdServer, NatsServer
-from tests.mesh import Mesh
-from tests.site import MultiHostSite
-from tests.streams import eventually
+from tests.support.mesh import Mesh
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually
 
 
 @pytest.fixture

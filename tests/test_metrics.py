@@ -14,10 +14,10 @@ import pytest
 from jetcrawl.contract.topology import FRONTIER_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.plumbing.metrics import WorkerMetrics, status_class
-from tests.mesh import Mesh
-from tests.scrape import Samples, free_port, probe, scrape
-from tests.site import MultiHostSite
-from tests.streams import eventually
+from tests.support.mesh import Mesh
+from tests.support.scrape import Samples, free_port, probe, scrape
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually
 
 WORKERS = ("w1", "w2")
 

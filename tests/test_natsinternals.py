@@ -39,7 +39,7 @@ from jetcrawl.plumbing.natsinternals import (
     send_unsubscribe,
     taken,
 )
-from tests.streams import add_replicated
+from tests.support.streams import add_replicated
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 

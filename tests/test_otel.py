@@ -26,7 +26,7 @@ from jetcrawl.otel import (
 )
 from jetcrawl.otel.spans import redact_url
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing
-from tests.otlp import OtlpReceiver
+from tests.support.otlp import OtlpReceiver
 
 TRACEPARENT = "traceparent"
 

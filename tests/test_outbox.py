@@ -12,7 +12,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError
 
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, _pub_ack
-from tests.streams import eventually
+from tests.support.streams import eventually
 
 LONG_LINGER_S = 2.0  # far longer than a stream-info round trip, even on a loaded machine
 

@@ -14,7 +14,7 @@ from nats.js.errors import ServiceUnavailableError
 from jetcrawl.local.embedded import NatsCluster
 from jetcrawl.plumbing.natsinternals import delivery_inbox, next_request_subject
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
-from tests.streams import add_replicated, eventually
+from tests.support.streams import add_replicated, eventually
 
 
 async def _consumer(js: JetStreamContext, messages: int) -> JetStreamContext.PullSubscription:

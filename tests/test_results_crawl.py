@@ -18,9 +18,9 @@ from warcio.archiveiterator import ArchiveIterator
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.plumbing.bodies import payload_digest
-from tests.mesh import Mesh
-from tests.site import MultiHostSite
-from tests.streams import eventually, seen_keys
+from tests.support.mesh import Mesh
+from tests.support.site import MultiHostSite
+from tests.support.streams import eventually, seen_keys
 
 
 async def test_a_crawl_with_bodies_written_as_warc_holds_exactly_the_bodies_served(

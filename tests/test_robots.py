@@ -18,7 +18,7 @@ from jetcrawl.worker.robots import (
     RobotsVerdict,
     product_token,
 )
-from tests.badsite import BadSite
+from tests.support.badsite import BadSite
 
 SETTINGS = Settings(
     connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=10.0, allow_nets=("127.0.0.0/8",)

@@ -11,7 +11,7 @@ from jetcrawl.contract.messages import Lineage
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.worker.crawl import CrawlStats
 from jetcrawl.worker.sent import SentLinks
-from tests.badsite import BadSite
+from tests.support.badsite import BadSite
 from tests.test_good_citizen import crawling, drained, page, results, seed, settings_for
 
 HOST = Lineage(job="j", scope="host", root="a.test", max_depth=5)

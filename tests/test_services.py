@@ -1,8 +1,8 @@
 """jetcrawl.local.services: the local crawl's services forked from the command, or spawned.
 
-Each forking scenario runs in a new interpreter (tests/forking.py): a fork needs a process with
-one thread and no running loop. ``jetcrawl crawl`` itself, forked and spawned, is in
-tests/test_crawl_cli.py.
+Each forking scenario runs in a new interpreter (tests/support/forking.py): a fork needs a
+process with one thread and no running loop. ``jetcrawl crawl`` itself, forked and spawned, is
+in tests/test_crawl_cli.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_scenario(name: str, workdir: Path) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.forking", name, str(workdir)],
+        [sys.executable, "-m", "tests.support.forking", name, str(workdir)],
         cwd=ROOT,
         env=env,
         capture_output=True,

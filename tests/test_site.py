@@ -12,7 +12,7 @@ from urllib.robotparser import RobotFileParser
 import aiohttp
 import pytest
 
-from tests.site import TRACKING_PARAMS, MultiHostSite, canonical, extract_links
+from tests.support.site import TRACKING_PARAMS, MultiHostSite, canonical, extract_links
 
 
 @dataclass

@@ -7,7 +7,7 @@ worker stopped past its lease and continued, the task stream's leader killed and
 of three servers down for ``LONG_OUTAGE_S`` (no quorum), etcd down for ``LONG_OUTAGE_S``. Then
 the crawl must finish with every admitted URL holding exactly one result::
 
-    /work/venv/bin/pytest -m soak -s tests/test_soak.py    # prints the fault log and the ledger
+    .venv/bin/pytest -m soak -n 0 -s tests/test_soak.py    # prints the fault log and the ledger
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 
 from jetcrawl.contract.topology import TASKS_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsCluster
-from tests.mesh import Mesh
-from tests.site import MultiHostSite
+from tests.support.mesh import Mesh
+from tests.support.site import MultiHostSite
 from tests.test_faults import finish, stream_leader
 
 SOAK_SEED = 20261129

@@ -12,7 +12,7 @@ from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.robots import Robots
 from jetcrawl.worker.ssrf import AddressGuard, refusal
-from tests.badsite import BadSite
+from tests.support.badsite import BadSite
 
 HTML = b"<html><title>inside</title></html>"
 

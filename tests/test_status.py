@@ -14,8 +14,8 @@ import orjson
 from jetcrawl.contract.topology import RESULTS_STREAM, TASKS_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.registry import read_members
-from tests.mesh import SHARDS, Mesh
-from tests.site import MultiHostSite
+from tests.support.mesh import SHARDS, Mesh
+from tests.support.site import MultiHostSite
 
 WORKERS = ("w1", "w2")
 

@@ -19,7 +19,7 @@ from jetcrawl.contract.errors import TopologyError, TopologyUnavailable
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import Topology, ensure
 from jetcrawl.local.embedded import NatsCluster, NatsServer
-from tests.streams import eventually
+from tests.support.streams import eventually
 
 
 def topology_json(*args: str) -> dict[str, dict[str, object]]:

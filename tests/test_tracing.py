@@ -1,8 +1,9 @@
 """A real crawl by dispatcher and worker processes, traced into a local OTLP/HTTP receiver.
 
-The receiver decodes what the services' exporters send (tests/otlp.py); the assertions follow one
-seed through the mesh — nats pub, dispatch, task publish, worker, robots, politeness, GET, parse,
-result and links — and check where the trace is cut (``trace_continue_depth``, 0 by default).
+The receiver decodes what the services' exporters send (tests/support/otlp.py); the assertions
+follow one seed through the mesh — nats pub, dispatch, task publish, worker, robots, politeness,
+GET, parse, result and links — and check where the trace is cut (``trace_continue_depth``, 0 by
+default).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.otel import Tracing, remote_span_context
-from tests.mesh import Mesh
-from tests.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
-from tests.site import MultiHostSite
-from tests.streams import stored
+from tests.support.mesh import Mesh
+from tests.support.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
+from tests.support.site import MultiHostSite
+from tests.support.streams import stored
 
 DISPATCHER = "jetcrawl-dispatcher"
 WORKER = "jetcrawl-worker"

@@ -23,7 +23,7 @@ from jetcrawl.contract.topology import (
 from jetcrawl.contract.urls import host_of, most_repeated_segment
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import NatsServer
-from tests.streams import eventually, stored
+from tests.support.streams import eventually, stored
 
 LINEAGE = Lineage(job="default", scope="any", root="", max_depth=10)
 

@@ -1,7 +1,7 @@
 """The ledger oracle of the fault tests: every admitted URL ends in exactly one result.
 
 Admitted is what ``crawl_seen`` holds (read from the KV stream's subjects, as
-:func:`tests.streams.seen_keys` does: no watcher race). A result belongs to the key its task
+:func:`tests.support.streams.seen_keys` does: no watcher race). A result belongs to the key its task
 was admitted under (:attr:`jetcrawl.contract.messages.Task.seen_key`: the fingerprint for the
 default job). ``lost`` (admitted, no result) must be 0; ``duplicates`` (records beyond the first
 for one key) are counted so a test can bound them; ``unexpected`` (a result nothing admitted) is a
@@ -32,7 +32,7 @@ from jetcrawl.contract.topology import (
     shard_consumer,
 )
 from jetcrawl.contract.urls import fingerprint
-from tests.streams import seen_keys, stored
+from tests.support.streams import seen_keys, stored
 
 
 def admitted_key(result: Result) -> str:

@@ -1,5 +1,5 @@
-"""``python -m tests.forking SCENARIO DIR``: jetcrawl.local.services' forks, in a process of their
-own.
+"""``python -m tests.support.forking SCENARIO DIR``: jetcrawl.local.services' forks, in a process
+of their own.
 
 A fork is only safe from a process with one thread and no event loop, which a pytest process
 that has run other tests is not; and ``Prefork.start`` freezes the garbage collector's objects.
@@ -20,7 +20,7 @@ import orjson
 
 from jetcrawl.cli import main
 from jetcrawl.local.services import Launch, Prefork, fork_safe
-from tests.procfs import running, stat
+from tests.support.procfs import running, stat
 
 
 def forked(prefork: Prefork) -> list[int]:

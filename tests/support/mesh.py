@@ -28,8 +28,8 @@ from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS, ensure
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.registry import read_ownership
-from tests.ledger import Tap
-from tests.streams import eventually, stored
+from tests.support.ledger import Tap
+from tests.support.streams import eventually, stored
 
 SHARDS = 16
 TOPOLOGY_WITHIN_S = 60.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ PORTS = range(20000, 32000)
 
 def free_port() -> int:
     """A TCP port free on every address now, for a service's ``metrics_port``."""
+    ports = _share()
     while True:
-        port = random.choice(PORTS)
+        port = random.choice(ports)
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -26,6 +28,14 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
+
+
+def _share() -> range:
+    """This process's part of PORTS: pytest-xdist's workers draw from disjoint parts, so two
+    tests running at once never pick the same port."""
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return PORTS[index::workers]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,12 @@
+"""What the tests stand on, besides the fixtures in ``tests/conftest.py``.
+
+badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
+forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
+ledger    the fault tests' oracle: every admitted URL ends in exactly one result
+mesh      dispatchers and workers as real processes against real servers
+otlp      a local OTLP/HTTP receiver standing in for Jaeger
+procfs    what Linux /proc says of a process
+scrape    Prometheus scrapes and probes of the services' metrics and health ports
+site      a local multi-host website drawn from a seed, with the exact answer of its crawl
+streams   reading JetStream state: stored messages, seen keys, waiting on a count
+"""
