@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from jetcrawl.contract.messages import Result
 from jetcrawl.local.summary import fix_for
 from tests.support.badsite import BadSite
 from tests.support.streams import eventually
@@ -113,3 +114,31 @@ async def test_records_reach_the_output_file_while_the_crawl_runs(tmp_path: Path
     lines, requests, finished = seen_while_running
     assert not finished and lines >= 2, seen_while_running
     assert requests < 1 + 1 + 4, "read before the last page was fetched"
+
+
+@pytest.mark.parametrize(("budget", "attempts"), [([], 3), (["--set", "retry_budget_s=1.5"], 2)])
+async def test_a_dripping_server_costs_the_urls_budget_and_the_tail_says_so(
+    tmp_path: Path, budget: list[str], attempts: int
+) -> None:
+    # /drip.html sends a byte every 50 ms for ever: each attempt is cut at total_timeout_s.
+    # By default a URL has 3 attempts; a time budget of 1.5 s leaves it 2.
+    async with BadSite(host="127.0.0.2") as site:
+        site.add("/", "<title>home</title><a href='/drip.html'>drip</a>")
+        code, out, err = await crawl(
+            tmp_path,
+            site.url("/"),
+            *("--allow-net", "127.0.0.0/8", "--set", "total_timeout_s=1"),
+            *("--set", "retry_base_delay_s=0.1", "--set", "progress_log_every_s=0.3"),
+            *("--set", "report_interval_s=0.2"),
+            *budget,
+        )
+        drips = [path for _, path in site.log if path == "/drip.html"]
+    assert code == 0, (out, err)
+    [record] = [
+        r
+        for r in map(Result.from_wire, (tmp_path / "out.jsonl").read_bytes().splitlines())
+        if r.url == site.url("/drip.html")
+    ]
+    assert (record.outcome, record.attempt, len(drips)) == ("failed", attempts, attempts)
+    assert record.error is not None and record.error.kind == "timeout"
+    assert f"  {site.url('/drip.html')}  fetching for" in "\n".join(err), "the tail said why"

@@ -331,3 +331,12 @@ async def test_a_hand_back_in_a_later_pass_goes_at_its_own_turn_between_promised
     for task in waits:
         task.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
+
+
+def test_no_retry_begins_past_the_urls_budget_in_time() -> None:
+    backoff = Backoff(max_attempts=5, base_s=1.0, max_s=4.0, budget_s=10.0)
+    rng = random.Random(2)
+    assert retry_delay(1, backoff, kind="timeout", spent_s=0.0, rng=rng) is not None
+    assert retry_delay(1, backoff, kind="timeout", spent_s=8.9, rng=rng) is not None
+    assert retry_delay(1, backoff, kind="timeout", spent_s=9.6, rng=rng) is None, "0.5 s at least"
+    assert retry_delay(2, Backoff(5), kind="timeout", spent_s=1e9, rng=rng) is not None, "none"

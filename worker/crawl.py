@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import logging
 import os
 import time
@@ -26,7 +27,7 @@ from nats.errors import Error as NatsError
 
 from jetcrawl.contract.deadletters import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK, DeadLetter
 from jetcrawl.contract.errors import MessageError
-from jetcrawl.contract.messages import Discovered, Failure, Result, Task
+from jetcrawl.contract.messages import Discovered, Failure, Result, Task, WaitingOn
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import dead_subject, result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
@@ -115,15 +116,45 @@ class TaskProcessor:
             outbox, 0.0 if telemetry.traced else settings.links_linger_s, self.stats
         )
         self._backoff = Backoff(
-            settings.task_max_deliver, settings.retry_base_delay_s, settings.retry_max_delay_s
+            settings.task_max_deliver,
+            settings.retry_base_delay_s,
+            settings.retry_max_delay_s,
+            settings.retry_budget_s,
         )
         # Politeness hand-backs per task (stream sequence): deliveries that were no attempt.
         self._deferrals: OrderedDict[int, int] = OrderedDict()
+        # When each task's first fetch here began (stream sequence -> unix time): its retry
+        # budget in time. The owner's memory, as the deferrals: a new owner starts the clock.
+        self._first_tried: OrderedDict[int, float] = OrderedDict()
+        # What the tasks held wait on now, and the tasks handed back or retried, with when they
+        # are due (stream sequence -> WaitingOn): the tail that the progress shows.
+        self._holding: dict[int, WaitingOn] = {}
+        self._away: OrderedDict[int, WaitingOn] = OrderedDict()
 
     async def process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
-        with self._telemetry.processing(msg, owner.shard):
-            await self._process(msg, owner, abandoned)
+        seq = msg.metadata.sequence.stream
+        self._away.pop(seq, None)  # it is back
+        try:
+            with self._telemetry.processing(msg, owner.shard):
+                await self._process(msg, owner, abandoned)
+        finally:
+            self._holding.pop(seq, None)
+
+    def waiting_on(self, at_most: int) -> tuple[WaitingOn, ...]:
+        """The tasks that have waited longest: held here, or handed back and not yet due."""
+        now = time.time()
+        away = [w for w in self._away.values() if w.due is None or w.due > now]
+        return tuple(heapq.nsmallest(at_most, [*self._holding.values(), *away], key=_since))
+
+    def _waits(self, seq: int, url: str, why: str) -> None:
+        self._holding[seq] = WaitingOn(url, why, time.time())
+
+    def _goes_away(self, seq: int, url: str, why: str, delay_s: float) -> None:
+        now = time.time()
+        self._away[seq] = WaitingOn(url, why, now, now + delay_s)
+        while len(self._away) > MAX_REMEMBERED_DEFERRALS:
+            self._away.popitem(last=False)
 
     async def _process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         try:
@@ -135,9 +166,11 @@ class TaskProcessor:
         deferrals = self._deferrals.get(seq, 0)
         attempt = max(1, (msg.metadata.num_delivered or 1) - deferrals)
         started = time.time()
+        self._waits(seq, task.url, "robots.txt")
         verdict = await self._telemetry.robots(self._robots.check(task.url))
         if not verdict.allowed and verdict.reason == "unavailable":
             why = f"robots.txt unavailable: {verdict.detail or 'no answer'}"
+            self._first_attempt(seq, started)
             await self._failed(msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, why)
             return
         if not verdict.allowed:
@@ -146,6 +179,7 @@ class TaskProcessor:
             await self._finish(msg, task, result, None)
             return
 
+        self._waits(seq, task.url, "host turn")
         try:
             turn = await self._telemetry.politeness_wait(
                 self._politeness.turn(
@@ -165,9 +199,12 @@ class TaskProcessor:
             return
         if isinstance(turn, Deferred):
             self._remember_deferral(seq, deferrals + 1)
+            self._goes_away(seq, task.url, "handed back, host busy", turn.delay_s)
             await self._outbox.nak(msg, delay=turn.delay_s)
             self.stats.deferred += 1
             return
+        self._waits(seq, task.url, "fetching")
+        self._first_attempt(seq, time.time())  # waiting for the host is no part of the budget
         pause_s = None
         try:
             self._fault_before_fetch(task)
@@ -239,10 +276,18 @@ class TaskProcessor:
         """Retry a failure worth it while attempts remain; else it is the task's result."""
         status = fetched.status if fetched is not None else None
         error_kind = kind if fetched is None else None
+        seq = msg.metadata.sequence.stream
+        spent_s = time.time() - self._first_tried.get(seq, started)
         delay = retry_delay(
-            attempt, self._backoff, kind=error_kind, status=status, retry_after=retry_after
+            attempt,
+            self._backoff,
+            kind=error_kind,
+            status=status,
+            retry_after=retry_after,
+            spent_s=spent_s,
         )
         if delay is not None:
+            self._goes_away(seq, task.url, f"attempt {attempt + 1} after {kind}", delay)
             await self._retry(msg, delay)
             return
         self.stats.failed += 1
@@ -261,6 +306,12 @@ class TaskProcessor:
                 stream_seq=msg.metadata.sequence.stream,
             )
         await self._finish(msg, task, result, None, letter)
+
+    def _first_attempt(self, seq: int, now: float) -> None:
+        if seq not in self._first_tried:
+            self._first_tried[seq] = now
+            while len(self._first_tried) > MAX_REMEMBERED_DEFERRALS:
+                self._first_tried.popitem(last=False)
 
     def _remember_deferral(self, seq: int, deferrals: int) -> None:
         self._deferrals[seq] = deferrals
@@ -388,6 +439,7 @@ class TaskProcessor:
             log.error("fault injection: exiting after the result, before the ack")
             os._exit(137)
         await self._outbox.ack(msg)
+        self._first_tried.pop(msg.metadata.sequence.stream, None)
         self.stats.tasks += 1
         self._telemetry.finished(result)
         if links is not None:  # counted as published by the discovered outbox
@@ -458,3 +510,7 @@ class TaskProcessor:
         await self._outbox.term(msg)
         self.stats.dead_letters += 1
         self.stats.tasks += 1
+
+
+def _since(waiting: WaitingOn) -> float:
+    return waiting.since

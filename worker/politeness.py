@@ -292,6 +292,16 @@ class Politeness:
         self.deferred += len(chosen)
         return len(chosen)
 
+    @property
+    def hosts_waiting(self) -> int:
+        """Hosts with tasks waiting for their turn."""
+        return len(self._queued)
+
+    def hosts_paused(self) -> int:
+        """Of those, the hosts a Retry-After pauses now."""
+        now = self._clock()
+        return sum(1 for slot in self._queued.values() if slot.paused_until > now)
+
     def handed_back(self) -> tuple[int, float | None]:
         """Hand-backs whose turn is still to come, and the furthest of those turns (clock time)."""
         now = self._clock()

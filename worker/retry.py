@@ -8,12 +8,16 @@ first: JetStream's delivery count less the politeness hand-backs
 (:mod:`jetcrawl.worker.politeness`), which are not attempts.
 
 The delay doubles per attempt from ``base_s`` up to ``max_s``, with full jitter in its upper half;
-a server's ``Retry-After`` (429, 503) raises it to at least what the server asked, capped.
+a server's ``Retry-After`` (429, 503) raises it to at least what the server asked, capped. A URL
+has a budget in attempts (``max_attempts``) and in time (``budget_s``, from its first attempt):
+a retry that would begin past the budget is not made, so one dripping server costs a crawl a
+few minutes of tail, not ten.
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 from dataclasses import dataclass
 
@@ -31,6 +35,7 @@ class Backoff:
     max_attempts: int  # the last attempt's number (the tasks' max_deliver)
     base_s: float = 1.0
     max_s: float = 60.0
+    budget_s: float = math.inf  # no retry begins later than this after the first attempt
 
 
 def retryable(*, kind: str | None = None, status: int | None = None) -> bool:
@@ -47,15 +52,19 @@ def retry_delay(
     kind: str | None = None,
     status: int | None = None,
     retry_after: float | None = None,
+    spent_s: float = 0.0,
     rng: random.Random | None = None,
 ) -> float | None:
-    """Seconds to wait before the next attempt, or None when this failure is final."""
+    """Seconds to wait before the next attempt, or None when this failure is final;
+    ``spent_s``: time since the URL's first attempt began."""
     if not retryable(kind=kind, status=status) or attempt >= backoff.max_attempts:
         return None
     ceiling = min(backoff.max_s, backoff.base_s * 2 ** (attempt - 1))
     delay = ceiling / 2 + (rng or random).random() * ceiling / 2
     if retry_after is not None:
         delay = max(delay, retry_after)
+    if spent_s + delay > backoff.budget_s:
+        return None
     return delay
 
 

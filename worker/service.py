@@ -47,6 +47,8 @@ from jetcrawl.worker.validators import Validators
 
 log = logging.getLogger(__name__)
 
+WAITING_ON_REPORTED = 5  # the longest waits a report names
+
 
 class Worker:
     """Async context manager (connections); ``run()`` crawls until ``stop()``."""
@@ -203,6 +205,9 @@ class Worker:
             handed_back=self.politeness.deferred,
             handbacks_due=due,
             furthest_due_at=furthest,
+            hosts_waiting=self.politeness.hosts_waiting,
+            hosts_paused=self.politeness.hosts_paused(),
+            waiting_on=self._processor.waiting_on(WAITING_ON_REPORTED) if self._processor else (),
         )
 
     # ------------------------------------------------------------------ ShardOwner

@@ -23,7 +23,7 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
 DEFAULT_SHARDS = 64
 DEFAULT_ACK_WAIT_S = 30.0
-DEFAULT_TASK_MAX_DELIVER = 8
+DEFAULT_TASK_MAX_DELIVER = 3  # attempts per URL, as Scrapy's and Nutch's defaults give
 DEFAULT_DUPLICATE_WINDOW_S = 600.0
 DEFAULT_LEASE_TTL_S = 10.0
 DEFAULT_ETCD_TIMEOUT_S = 5.0
@@ -149,6 +149,9 @@ class Settings:
     max_deferrals: int = DEFAULT_MAX_DEFERRALS  # hand-backs of a waiting task under pressure
     retry_base_delay_s: float = 1.0  # first retry's backoff; doubles per attempt
     retry_max_delay_s: float = 60.0
+    # A URL's budget in time: no retry begins later than this after its first attempt (with
+    # total_timeout_s per attempt, a server that drips bytes costs a few minutes, not ten).
+    retry_budget_s: float = 300.0
     store_bodies: bool = False  # keep HTML bodies in the crawl_bodies object store (for WARC)
     # Links a worker remembers having sent to the frontier (worker/sent.py), so a link on many
     # pages is sent once; 0: every page's links are sent.
@@ -206,6 +209,7 @@ class Settings:
             "links_linger_s",
             "topology_wait_s",
             "report_interval_s",
+            "retry_budget_s",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")
