@@ -36,6 +36,7 @@ from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.local.crawl import nats_threads
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import NAME_PREFIX
+from tests.support.badsite import RawServer
 from tests.support.ledger import read_ledger
 from tests.support.procfs import EXITED, environ, stat
 from tests.support.site import MultiHostSite
@@ -44,7 +45,10 @@ from tests.support.streams import eventually
 SHARDS = 16
 ALLOW_LOOPBACK = ("--allow-net", "127.0.0.0/8")
 CRAWL_TIMEOUT_S = 60.0  # a whole crawl of the test site takes ~3 s
-STOP_WITHIN_S = 20.0  # from Ctrl-C to the exit of the command
+STOP_WITHIN_S = 20.0  # from Ctrl-C to the exit of the command, a second Ctrl-C included
+# From one Ctrl-C to the exit: the 2 s the services have to stop, and a margin for a machine
+# busy with parallel tests.
+INTERRUPTED_WITHIN_S = 8.0
 GONE_WITHIN_S = 10.0  # from the exit of the command to the end of its last service
 KILLED_GONE_WITHIN_S = 3.0  # from SIGKILL of the command (PR_SET_PDEATHSIG is at once)
 LOG_TAIL_LINES = 15
@@ -541,7 +545,7 @@ async def test_ctrl_c_stops_every_service(tmp_path: Path, target: str) -> None:
         # On Python 3.11 asyncio.wait_for (under nats-py's fetch and requests) may swallow the
         # cancellation that Ctrl-C is: then the command hangs, or fails with "exited early".
         running.interrupt()
-        finished = await running.finish(STOP_WITHIN_S)
+        finished = await running.finish(INTERRUPTED_WITHIN_S)
         assert finished.returncode == 130, finished.explain()
         assert "interrupted" in finished.stderr
         await settle(lambda: not any(p.alive() for p in services), GONE_WITHIN_S)
@@ -549,6 +553,24 @@ async def test_ctrl_c_stops_every_service(tmp_path: Path, target: str) -> None:
 
         finished.results()  # what was written is whole records
         assert finished.leftovers == []
+
+
+async def test_ctrl_c_while_the_crawl_connects_stops_it_at_once(tmp_path: Path) -> None:
+    # A --nats server that accepts and never speaks: the connect would wait out its timeout.
+    async with (
+        RawServer(b"", hang=True) as silent,
+        Crawl(
+            tmp_path,
+            "http://a.test/",
+            *("--nats", f"nats://127.0.0.1:{silent.port}", "--connect-timeout", "60"),
+        ) as running,
+    ):
+        await asyncio.wait_for(silent.connected.wait(), CRAWL_TIMEOUT_S)
+        running.interrupt()
+        finished = await running.finish(INTERRUPTED_WITHIN_S)
+    assert finished.returncode == 130, finished.explain()
+    assert "interrupted" in finished.stderr and "Traceback" not in finished.stderr
+    assert finished.leftovers == []
 
 
 async def test_second_ctrl_c_during_shutdown_leaves_no_service_behind(tmp_path: Path) -> None:

@@ -92,16 +92,18 @@ async def crawl(
         settings = await _servers(stack, settings, workdir, request.local_shards, request.workers)
         # NATS and etcd answer before any service starts: a wrong --nats or --etcd fails in
         # seconds, alone, naming the URL.
-        nc = await connect(settings, "jetcrawl-crawl", give_up_s=settings.command_timeout_s)
-        await _etcd_answers(settings)
+        nc = await interrupt.unless_requested(
+            connect(settings, "jetcrawl-crawl", give_up_s=settings.command_timeout_s)
+        )
         stack.push_async_callback(nc.close)
+        await interrupt.unless_requested(_etcd_answers(settings))
         js = nc.jetstream()
         # The services start before the topology check: their start-up overlaps it. Each
         # service ensures the topology too, and concurrent ensures agree.
         children = await stack.enter_async_context(
             start_children(settings, request.workers, workdir, interrupt.hurry, prefork)
         )
-        await ensure(js, settings)
+        await interrupt.unless_requested(ensure(js, settings))
         before = {
             stream: (await js.stream_info(stream)).state.last_seq for stream in WATCHED_STREAMS
         }
