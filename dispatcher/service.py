@@ -48,7 +48,6 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     JOBS_BUCKET,
     dead_subject,
-    ensure,
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
@@ -60,6 +59,7 @@ from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
+from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
 

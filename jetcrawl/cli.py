@@ -226,8 +226,9 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 async def apply_topology(settings: Settings) -> int:
     """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
-    from jetcrawl.contract.topology import Topology, ensure
+    from jetcrawl.contract.topology import Topology
     from jetcrawl.plumbing.bus import connect
+    from jetcrawl.plumbing.topology import ensure
 
     settings = settings.replace(create_topology=True)
     nc = await connect(settings, "jetcrawl-topology")

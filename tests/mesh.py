@@ -24,9 +24,10 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
 from tests.ledger import Tap
 from tests.streams import eventually, stored

@@ -29,7 +29,6 @@ from jetcrawl.contract.topology import (
     SEEDS,
     TASKS_STREAM,
     Topology,
-    ensure,
 )
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
 from jetcrawl.dispatcher import Dispatcher
@@ -39,6 +38,7 @@ from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bus import Outbox
 from jetcrawl.plumbing.metrics import DispatcherMetrics
+from jetcrawl.plumbing.topology import ensure
 from tests.streams import eventually, read_until, seen_keys, stored
 
 SHARDS = 8

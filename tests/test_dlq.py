@@ -24,11 +24,11 @@ from jetcrawl.contract.topology import (
     SEEDS,
     TASKS_STREAM,
     dead_subject,
-    ensure,
 )
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.plumbing.topology import ensure
 from tests.badsite import BadSite
 from tests.mesh import Mesh
 from tests.streams import eventually, stored

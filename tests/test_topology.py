@@ -17,8 +17,9 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.errors import TopologyError, TopologyUnavailable
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import Topology, as_cli_json, ensure
+from jetcrawl.contract.topology import Topology, as_cli_json
 from jetcrawl.local.embedded import NatsCluster, NatsServer
+from jetcrawl.plumbing.topology import ensure
 from tests.streams import eventually
 
 
@@ -190,7 +191,7 @@ async def test_ensure_waits_for_a_cluster_without_a_leader_then_applies_the_topo
     try:
         js = nc.jetstream(timeout=1)
         settings = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=3)
-        caplog.set_level(logging.WARNING, logger="jetcrawl.contract.topology")
+        caplog.set_level(logging.WARNING, logger="jetcrawl.plumbing.topology")
         applying = asyncio.create_task(ensure(js, settings))
 
         async def refused() -> bool:
@@ -212,7 +213,7 @@ async def test_ensure_gives_up_after_topology_wait_s(
     nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
     try:
         five = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5, topology_wait_s=1)
-        caplog.set_level(logging.WARNING, logger="jetcrawl.contract.topology")
+        caplog.set_level(logging.WARNING, logger="jetcrawl.plumbing.topology")
         with pytest.raises(TopologyUnavailable):
             await ensure(nc.jetstream(), five)
         waits = [r.message for r in caplog.records if "cannot take the topology" in r.message]

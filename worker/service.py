@@ -27,13 +27,13 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     VALIDATORS_BUCKET,
     WORKERS_BUCKET,
-    ensure,
     shard_consumer,
 )
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.crawl import CrawlStats, Ownership, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher

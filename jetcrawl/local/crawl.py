@@ -35,7 +35,7 @@ from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.messages import ResultHead
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_PREFIX, RESULTS_STREAM, SEEDS
 from jetcrawl.local.drain import WATCHED_STREAMS, Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import Launch, Prefork, Service, spawn
@@ -43,6 +43,7 @@ from jetcrawl.ops.export import Sink, open_sink
 from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.plumbing.pull import Cut, pull
+from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """What the services share to talk to NATS and to be watched; no crawling rules here.
 
+topology.py   ``ensure``: the declared streams, consumers and buckets made so on the server
 bus.py        connecting to NATS, and the outbox that pipelines publishes and acks
 pull.py       the pull request loop over nats-py
 metrics.py    Prometheus metrics of the dispatcher and the worker
