@@ -48,6 +48,7 @@ from jetcrawl.contract.topology import (
     dead_subject,
 )
 from jetcrawl.dispatcher.intake import FRONTIER_STAGE
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 
@@ -98,8 +99,7 @@ class PoisonCollector:
                 continue  # nothing to collect (nats-py raises a TimeoutError subclass too)
             except NatsError as e:
                 log.warning("poison fetch failed, retrying: %r", e)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), RETRY_DELAY_S)
+                await wait_set(stopping, RETRY_DELAY_S)
                 continue
             for msg in msgs:
                 await self._handle(msg)

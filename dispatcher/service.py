@@ -25,7 +25,6 @@ carry any of them are published as on a redelivery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -57,6 +56,7 @@ from jetcrawl.dispatcher.quota import AdmissionQuota, host_key
 from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
 from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
+from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 from jetcrawl.plumbing.topology import ensure
@@ -441,8 +441,7 @@ class Dispatcher:
             self._progress.notify_all()
 
     async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_set(self._stopping, seconds)
 
 
 def retry_delay_s(delivered: int) -> float:
@@ -450,4 +449,4 @@ def retry_delay_s(delivered: int) -> float:
     doubled at each delivery, at most 30 s. Its deliveries are few (``frontier_max_deliver``, 20),
     so a flat 1 s spent them all in well under a minute of a stream without a leader; this way
     they last about seven minutes."""
-    return min(RETRY_DELAY_S * 2 ** min(max(delivered - 1, 0), 16), MAX_RETRY_DELAY_S)
+    return backoff_s(delivered, RETRY_DELAY_S, MAX_RETRY_DELAY_S)

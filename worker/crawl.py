@@ -30,6 +30,7 @@ from jetcrawl.contract.messages import Discovered, Failure, Result, Task
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import dead_subject, result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
+from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
 from jetcrawl.worker.discovered import DiscoveredOutbox
@@ -402,10 +403,10 @@ class TaskProcessor:
         """Publish all, and ``links`` (of the task ``crawl_id``) through the discovered outbox;
         again in place what was not stored (``PUBLISH_TRIES`` in all). The first failure left,
         or None when all are stored."""
-        delay_s = PUBLISH_RETRY_DELAY_S
         failures: list[PublishFailed] = []
         for attempt in range(PUBLISH_TRIES):
             if attempt:
+                delay_s = backoff_s(attempt, PUBLISH_RETRY_DELAY_S)
                 log.warning(
                     "publishing %s failed, again in %.0f s: %s",
                     failures[0].subject,
@@ -414,7 +415,6 @@ class TaskProcessor:
                 )
                 self.stats.publish_retries += len(failures)
                 await asyncio.sleep(delay_s)
-                delay_s *= 2
             links_stored = self._links_out.add(links, crawl_id) if links is not None else None
             acks = await self._outbox.send(outgoing) if outgoing else []
             failures = [ack for ack in acks if isinstance(ack, PublishFailed)]

@@ -40,6 +40,7 @@ from jetcrawl.local.drain import WATCHED_STREAMS, Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import Launch, Prefork, Service, spawn
 from jetcrawl.ops.export import Sink, open_sink
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.plumbing.pull import Cut, pull
@@ -235,7 +236,7 @@ async def _wait_for_workers(
             balanced = bool(counts) and max(counts) - min(counts) <= 1
             if len(owners) == settings.shards and len(counts) >= workers and balanced:
                 return
-            await _wait(interrupt.requested, WORKERS_POLL_S)
+            await wait_set(interrupt.requested, WORKERS_POLL_S)
     log.warning(
         "workers did not share the shards within %.0f s; seeding anyway", WORKERS_READY_TIMEOUT_S
     )
@@ -256,12 +257,6 @@ async def _dead_reasons(js: JetStreamContext, first: int) -> dict[str, int]:
         key = f"{letter.stage}/{letter.reason}"
         reasons[key] = reasons.get(key, 0) + 1
     return reasons
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` unless ``event`` is set first."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
 
 
 def nats_threads(workers: int, cores: int | None = None) -> int:
@@ -450,7 +445,7 @@ class ResultCollector:
         while not self._stopping.is_set():
             if await self._read_batch(self._cut) < COLLECT_BATCH:
                 # Let results gather: fewer, larger fetches cost the command far less CPU.
-                await _wait(self._stopping, COLLECT_PAUSE_S)
+                await wait_set(self._stopping, COLLECT_PAUSE_S)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -526,7 +521,7 @@ async def _wait_drained(
             if current.settled_after(previous):
                 return current
             previous = current
-            await _wait(interrupt.requested, cadence.next_in(current, time.monotonic()))
+            await wait_set(interrupt.requested, cadence.next_in(current, time.monotonic()))
     finally:
         progress.done()
 

@@ -1,6 +1,7 @@
 """What the services share to talk to NATS and to be watched; no crawling rules here.
 
 topology.py   ``ensure``: the declared streams, consumers and buckets made so on the server
+backoff.py    the one retry backoff, and the one wait that a stop cuts short
 bus.py        connecting to NATS, and the outbox that pipelines publishes and acks
 pull.py       the pull request loop over nats-py
 metrics.py    Prometheus metrics of the dispatcher and the worker

@@ -30,6 +30,7 @@ from jetcrawl.contract.topology import (
     Topology,
     declared,
 )
+from jetcrawl.plumbing.backoff import backoff_s
 
 __all__ = ["check_shard_count", "ensure", "verify"]
 
@@ -57,7 +58,7 @@ async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.topology_wait_s
-    delay = _RETRY_FIRST_S
+    failed = 0
     while True:
         try:
             return await _ensure(js, settings)
@@ -67,10 +68,10 @@ async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
             left = deadline - loop.time()
             if left <= 0:
                 raise
-            wait = min(delay, left)
+            failed += 1
+            wait = min(backoff_s(failed, _RETRY_FIRST_S, _RETRY_MAX_S), left)
             log.warning("JetStream cannot take the topology yet, again in %.2g s: %r", wait, e)
             await asyncio.sleep(wait)
-            delay = min(delay * 2, _RETRY_MAX_S)
 
 
 async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
