@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 
 import orjson
@@ -37,7 +36,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from jetcrawl.contract.deadletters import STAGE_POISON, DeadLetter, origins_of
+from jetcrawl.contract.deadletters import STAGE_POISON, origins_of
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
@@ -45,11 +44,11 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     POISON_CONSUMER,
     TASKS_STREAM,
-    dead_subject,
 )
 from jetcrawl.dispatcher.intake import FRONTIER_STAGE
 from jetcrawl.plumbing.backoff import wait_set
-from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.bus import Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 
 __all__ = ["PoisonCollector", "PoisonStats"]
@@ -134,20 +133,14 @@ class PoisonCollector:
         except NotFoundError:
             self.stats.gone += 1
             return
-        letter = DeadLetter.of(
-            stage=STAGE_POISON,
-            reason=REASON,
-            detail=f"consumer {consumer} delivered it {deliveries} times, never acked",
-            subject=task.subject or "",
-            received_at=time.time(),
-            original=task.data or b"",
+        letter = dead_letter(
+            task,
+            STAGE_POISON,
+            REASON,
+            f"consumer {consumer} delivered it {deliveries} times, never acked",
             max_bytes=self._settings.dead_original_max_bytes,
-            stream_seq=seq,
         )
-        msg_id = f"dead-poison-{seq}"
-        [ack] = await self._outbox.send(
-            [Outgoing(dead_subject(STAGE_POISON), letter.to_wire(), {MSG_ID: msg_id})]
-        )
+        [ack] = await self._outbox.send([to_outgoing(letter, f"dead-poison-{seq}")])
         if isinstance(ack, PublishFailed):
             raise ack
         with contextlib.suppress(NotFoundError):
@@ -171,30 +164,21 @@ class PoisonCollector:
             f"consumer {consumer} delivered it {deliveries} times and could not admit its links"
         )
 
-        def letter(max_bytes: int, detail: str) -> bytes:
-            return DeadLetter.of(
-                stage=FRONTIER_STAGE,
-                reason=REASON,
-                detail=detail,
-                subject=msg.subject or "",
-                received_at=time.time(),
-                original=original,
-                max_bytes=max_bytes,
-                stream_seq=seq,
-                origins=(*earlier, seq),
-            ).to_wire()
+        def letter(max_bytes: int, detail: str) -> Outgoing:
+            dead = dead_letter(
+                msg, FRONTIER_STAGE, REASON, detail, max_bytes=max_bytes, origins=(*earlier, seq)
+            )
+            return to_outgoing(dead, f"dead-frontier-{seq}")
 
         # Whole, to be replayed; cut to dead_original_max_bytes (and kept as a record) only if
         # it does not fit in a message as a letter.
-        wire = letter(len(original), detail)
-        if len(wire) > self._outbox.max_payload - LETTER_HEADROOM:
-            wire = letter(
+        out = letter(len(original), detail)
+        if len(out.payload) > self._outbox.max_payload - LETTER_HEADROOM:
+            out = letter(
                 self._settings.dead_original_max_bytes,
                 f"{detail}; too large to keep whole ({len(original)} bytes): not replayable",
             )
-        [ack] = await self._outbox.send(
-            [Outgoing(dead_subject(FRONTIER_STAGE), wire, {MSG_ID: f"dead-frontier-{seq}"})]
-        )
+        [ack] = await self._outbox.send([out])
         if isinstance(ack, PublishFailed):
             raise ack
         with contextlib.suppress(NotFoundError):

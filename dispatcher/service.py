@@ -28,7 +28,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.contract.deadletters import DeadLetter, origins_of
+from jetcrawl.contract.deadletters import origins_of
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
@@ -46,7 +45,6 @@ from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     JOBS_BUCKET,
-    dead_subject,
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
@@ -58,6 +56,7 @@ from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 from jetcrawl.plumbing.topology import ensure
 
@@ -237,24 +236,18 @@ class Dispatcher:
             shard = shard_of(host_of(task.url), self._settings.shards)
             outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.crawl_id}))
             owners.append(i)
-        received_at = time.time()
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
             seq = seqs[i]
             for j, rej in enumerate(reading.rejections):
-                letter = DeadLetter.of(
-                    stage=rej.stage,
-                    reason=rej.reason,
-                    detail=rej.detail,
-                    subject=msg.subject,
-                    received_at=received_at,
-                    original=rej.original,
+                letter = dead_letter(
+                    msg,
+                    rej.stage,
+                    rej.reason,
+                    rej.detail,
                     max_bytes=self._settings.dead_original_max_bytes,
-                    stream_seq=seq,
+                    original=rej.original,
                 )
-                msg_id = f"dead-{FRONTIER_STREAM}-{seq}-{j}"
-                outgoing.append(
-                    Outgoing(dead_subject(rej.stage), letter.to_wire(), {MSG_ID: msg_id})
-                )
+                outgoing.append(to_outgoing(letter, f"dead-{FRONTIER_STREAM}-{seq}-{j}"))
                 owners.append(i)
                 if msg.metadata.num_delivered == 1:
                     log.warning(

@@ -28,11 +28,12 @@ from jetcrawl.contract.deadletters import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import Discovered, Failure, Result, Task
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import dead_subject, result_subject
+from jetcrawl.contract.topology import result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
 from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetched, Fetcher
@@ -252,15 +253,12 @@ class TaskProcessor:
         result = dataclasses.replace(result, error=Failure(kind, message))
         letter = None
         if retryable(kind=error_kind, status=status):  # the attempts ran out
-            letter = DeadLetter.of(
-                stage=STAGE_FETCH,
-                reason="retries_exhausted",
-                detail=f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
-                subject=msg.subject,
-                received_at=time.time(),
-                original=msg.data,
+            letter = dead_letter(
+                msg,
+                STAGE_FETCH,
+                "retries_exhausted",
+                f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
                 max_bytes=self._settings.dead_original_max_bytes,
-                stream_seq=msg.metadata.sequence.stream,
             )
         await self._finish(msg, task, result, None, letter)
 
@@ -376,9 +374,7 @@ class TaskProcessor:
             crawl_id = f"{crawl_id}-replay-{replay}"
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if letter is not None:
-            outgoing.append(
-                Outgoing(dead_subject(letter.stage), letter.to_wire(), {MSG_ID: f"dead-{crawl_id}"})
-            )
+            outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
         failed = await self._publish(outgoing, links, crawl_id)
         if failed is not None:
             log.warning(
@@ -436,19 +432,11 @@ class TaskProcessor:
         self.stats.retried += 1
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
-        letter = DeadLetter.of(
-            stage=STAGE_TASK,
-            reason=reason,
-            detail=detail,
-            subject=msg.subject,
-            received_at=time.time(),
-            original=msg.data,
-            max_bytes=self._settings.dead_original_max_bytes,
-            stream_seq=msg.metadata.sequence.stream,
+        letter = dead_letter(
+            msg, STAGE_TASK, reason, detail, max_bytes=self._settings.dead_original_max_bytes
         )
-        msg_id = f"dead-task-{msg.metadata.sequence.stream}"
         failed = await self._publish(
-            [Outgoing(dead_subject(STAGE_TASK), letter.to_wire(), {MSG_ID: msg_id})]
+            [to_outgoing(letter, f"dead-task-{msg.metadata.sequence.stream}")]
         )
         if failed is not None:
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
