@@ -79,6 +79,80 @@ def shard_consumer(shard: int) -> str:
     return f"shard-{shard}"
 
 
+# StreamConfig fields every KV bucket's stream has (history 1), as nats-py's create_key_value
+# makes them; and those of the object store, as its create_object_store does.
+_KV = {
+    "allow_direct": True,
+    "allow_rollup_hdrs": True,
+    "deny_delete": True,
+    "discard": DiscardPolicy.NEW,
+    "max_msgs_per_subject": 1,
+    "max_consumers": -1,
+    "max_msgs": -1,
+}
+_OBJECT_STORE = {
+    "allow_direct": True,
+    "allow_rollup_hdrs": True,
+    "discard": DiscardPolicy.NEW,
+    "max_msgs": -1,
+}
+_KV_DUPLICATE_WINDOW_S = 120.0
+
+# One stream: its name, subjects, retention, description, and any further StreamConfig fields.
+_Stream = tuple[str, list[str], RetentionPolicy, str, dict[str, Any]]
+
+
+def _streams(settings: Settings) -> tuple[_Stream, ...]:
+    """Every stream, in the order they are made."""
+    work, limits = RetentionPolicy.WORK_QUEUE, RetentionPolicy.LIMITS
+    dedupe = {"duplicate_window": settings.duplicate_window_s}
+    shards = {
+        SHARDS_METADATA_KEY: str(settings.shards),
+        PROTOCOL_METADATA_KEY: str(PROTOCOL_VERSION),
+    }
+    return (
+        (FRONTIER_STREAM, [SEEDS, DISCOVERED], work,
+         "seeds and discovered links waiting for the dispatcher",
+         {**dedupe, "discard": DiscardPolicy.OLD}),
+        (TASKS_STREAM, [f"{TASKS_PREFIX}*"], work,
+         "admitted URLs, partitioned by host onto crawl.tasks.<shard>",
+         {**dedupe, "metadata": shards}),
+        (RESULTS_STREAM, [f"{RESULTS_PREFIX}*"], limits,
+         "one result record per crawled task",
+         dedupe),
+        (DEAD_STREAM, [f"{DEAD_PREFIX}>"], limits,
+         "dead letters: rejected input and exhausted retries, with reasons",
+         dedupe),
+        # Advisories are plain messages: kept here until the dispatchers' poison consumer has
+        # turned each into a dead letter (dispatcher/poison.py).
+        (ADVISORIES_STREAM, list(MAX_DELIVERIES_ADVISORIES), work,
+         "max-deliveries advisories: poison tasks, unadmitted frontier input",
+         {"max_age": ADVISORIES_MAX_AGE_S}),
+        # A mark may expire: re-crawl (recrawl_after_s).
+        _kv(SEEN_BUCKET, "URL fingerprint -> admitting frontier sequence", allow_msg_ttl=True),
+        _kv(VALIDATORS_BUCKET, "ETag and Last-Modified for re-crawls"),
+        # Page bodies, when kept (gzip-compressed by jetcrawl.plumbing.bodies).
+        (BODIES_STREAM, [f"$O.{BODIES_BUCKET}.C.>", f"$O.{BODIES_BUCKET}.M.>"], limits,
+         f"object store {BODIES_BUCKET}: page bodies by fingerprint and digest",
+         _OBJECT_STORE),
+        _kv(JOBS_BUCKET, "per-job and per-host admission counters"),
+        _kv(WORKERS_BUCKET, "worker id -> its latest report (waiting room, hand-backs)",
+            max_age=WORKER_REPORTS_MAX_AGE_S),
+    )  # fmt: skip
+
+
+def _kv(bucket: str, holds: str, *, max_age: float | None = None, **extras: Any) -> _Stream:
+    """The stream behind KV bucket ``bucket``."""
+    window = _KV_DUPLICATE_WINDOW_S if max_age is None else min(_KV_DUPLICATE_WINDOW_S, max_age)
+    return (
+        f"KV_{bucket}",
+        [f"$KV.{bucket}.>"],
+        RetentionPolicy.LIMITS,
+        f"KV bucket {bucket}: {holds}",
+        {**_KV, "duplicate_window": window, "max_age": max_age, **extras},
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
     """Every stream and consumer definition for one shard count and set of timings."""
@@ -88,166 +162,60 @@ class Topology:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Topology:
-        storage = StorageType.FILE
-        replicas = settings.replicas
-        streams = (
+        streams = tuple(
             StreamConfig(
-                name=FRONTIER_STREAM,
-                description="seeds and discovered links waiting for the dispatcher",
-                subjects=[SEEDS, DISCOVERED],
-                retention=RetentionPolicy.WORK_QUEUE,
-                storage=storage,
-                num_replicas=replicas,
-                duplicate_window=settings.duplicate_window_s,
-                discard=DiscardPolicy.OLD,
-            ),
-            StreamConfig(
-                name=TASKS_STREAM,
-                description="admitted URLs, partitioned by host onto crawl.tasks.<shard>",
-                subjects=[f"{TASKS_PREFIX}*"],
-                retention=RetentionPolicy.WORK_QUEUE,
-                storage=storage,
-                num_replicas=replicas,
-                duplicate_window=settings.duplicate_window_s,
-                metadata={
-                    SHARDS_METADATA_KEY: str(settings.shards),
-                    PROTOCOL_METADATA_KEY: str(PROTOCOL_VERSION),
-                },
-            ),
-            StreamConfig(
-                name=RESULTS_STREAM,
-                description="one result record per crawled task",
-                subjects=[f"{RESULTS_PREFIX}*"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                duplicate_window=settings.duplicate_window_s,
-            ),
-            StreamConfig(
-                name=DEAD_STREAM,
-                description="dead letters: rejected input and exhausted retries, with reasons",
-                subjects=[f"{DEAD_PREFIX}>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                duplicate_window=settings.duplicate_window_s,
-            ),
-            # Advisories are plain messages: kept here until the dispatchers' poison consumer
-            # has turned each into a dead letter (dispatcher/poison.py).
-            StreamConfig(
-                name=ADVISORIES_STREAM,
-                description="max-deliveries advisories: poison tasks, unadmitted frontier input",
-                subjects=list(MAX_DELIVERIES_ADVISORIES),
-                retention=RetentionPolicy.WORK_QUEUE,
-                storage=storage,
-                num_replicas=replicas,
-                max_age=ADVISORIES_MAX_AGE_S,
-            ),
-            # The buckets, declared as the streams nats-py's create_key_value would make.
-            _kv_stream(
-                SEEN_BUCKET,
-                "URL fingerprint -> admitting frontier sequence",
-                storage,
-                replicas,
-                allow_msg_ttl=True,  # a mark may expire: re-crawl (recrawl_after_s)
-            ),
-            _kv_stream(
-                VALIDATORS_BUCKET, "ETag and Last-Modified for re-crawls", storage, replicas
-            ),
-            # Page bodies, when kept (gzip-compressed by jetcrawl.plumbing.bodies): the object store
-            # nats-py's create_object_store would make.
-            StreamConfig(
-                name=BODIES_STREAM,
-                description="object store crawl_bodies: page bodies by fingerprint and digest",
-                subjects=[f"$O.{BODIES_BUCKET}.C.>", f"$O.{BODIES_BUCKET}.M.>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=storage,
-                num_replicas=replicas,
-                allow_direct=True,
-                allow_rollup_hdrs=True,
-                discard=DiscardPolicy.NEW,
-                max_msgs=-1,
-            ),
-            _kv_stream(JOBS_BUCKET, "per-job and per-host admission counters", storage, replicas),
-            _kv_stream(
-                WORKERS_BUCKET,
-                "worker id -> its latest report (waiting room, hand-backs)",
-                storage,
-                replicas,
-                max_age=WORKER_REPORTS_MAX_AGE_S,
-            ),
+                name=name,
+                description=description,
+                subjects=subjects,
+                retention=retention,
+                storage=StorageType.FILE,
+                num_replicas=settings.replicas,
+                **extras,
+            )
+            for name, subjects, retention, description, extras in _streams(settings)
         )
-        pull = {
-            "ack_policy": AckPolicy.EXPLICIT,
-            "deliver_policy": DeliverPolicy.ALL,
-            "ack_wait": settings.ack_wait_s,
-            "max_ack_pending": settings.max_ack_pending,
-        }
-        consumers = [
-            (
+
+        def pull(
+            stream: str, durable: str, description: str, max_deliver: int, **extras: Any
+        ) -> tuple[str, ConsumerConfig]:
+            return stream, ConsumerConfig(
+                durable_name=durable,
+                description=description,
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=settings.ack_wait_s,
+                max_ack_pending=settings.max_ack_pending,
+                max_deliver=max_deliver,
+                **extras,
+            )
+
+        consumers = (
+            pull(
                 FRONTIER_STREAM,
-                ConsumerConfig(
-                    durable_name=DISPATCH_CONSUMER,
-                    description="the dispatchers' shared intake",
-                    max_deliver=settings.frontier_max_deliver,
-                    **pull,  # type: ignore[arg-type]
-                ),
+                DISPATCH_CONSUMER,
+                "the dispatchers' shared intake",
+                settings.frontier_max_deliver,
             ),
-            (
+            pull(
                 ADVISORIES_STREAM,
-                ConsumerConfig(
-                    durable_name=POISON_CONSUMER,
-                    description="the dispatchers' shared poison-task collector",
-                    max_deliver=settings.frontier_max_deliver,
-                    **pull,  # type: ignore[arg-type]
-                ),
+                POISON_CONSUMER,
+                "the dispatchers' shared poison-task collector",
+                settings.frontier_max_deliver,
             ),
-        ]
-        consumers += [
-            (
-                TASKS_STREAM,
-                ConsumerConfig(
-                    durable_name=shard_consumer(shard),
-                    description=f"tasks of shard {shard}",
-                    filter_subject=task_subject(shard),
+            *(
+                pull(
+                    TASKS_STREAM,
+                    shard_consumer(shard),
+                    f"tasks of shard {shard}",
                     # Room for the politeness hand-backs, which are no attempts (the worker
                     # subtracts them); a task crashing its worker every time still ends here.
-                    max_deliver=settings.task_max_deliver + settings.max_deferrals,
-                    **pull,  # type: ignore[arg-type]
-                ),
-            )
-            for shard in range(settings.shards)
-        ]
-        return cls(streams=streams, consumers=tuple(consumers))
-
-
-def _kv_stream(
-    bucket: str,
-    holds: str,
-    storage: StorageType,
-    replicas: int,
-    allow_msg_ttl: bool | None = None,
-    max_age: float | None = None,
-) -> StreamConfig:
-    """The stream behind KV bucket ``bucket`` (history 1), as nats-py would create it."""
-    return StreamConfig(
-        name=f"KV_{bucket}",
-        description=f"KV bucket {bucket}: {holds}",
-        subjects=[f"$KV.{bucket}.>"],
-        retention=RetentionPolicy.LIMITS,
-        storage=storage,
-        num_replicas=replicas,
-        allow_direct=True,
-        allow_rollup_hdrs=True,
-        allow_msg_ttl=allow_msg_ttl,
-        deny_delete=True,
-        discard=DiscardPolicy.NEW,
-        duplicate_window=120.0 if max_age is None else min(120.0, max_age),
-        max_msgs_per_subject=1,
-        max_consumers=-1,
-        max_msgs=-1,
-        max_age=max_age,
-    )
+                    settings.task_max_deliver + settings.max_deferrals,
+                    filter_subject=task_subject(shard),
+                )
+                for shard in range(settings.shards)
+            ),
+        )
+        return cls(streams=streams, consumers=consumers)
 
 
 def as_cli_json(settings: Settings) -> dict[str, Any]:
