@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -68,7 +67,6 @@ MAX_RETRY_DELAY_S = 30.0
 # Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
-FAULT_AFTER_SEEN = "dispatcher.after_seen"
 
 
 @dataclass(slots=True)
@@ -226,9 +224,6 @@ class Dispatcher:
             await asyncio.gather(*(self._retry(m) for m in msgs))
             await self._notify()
             return
-        if self._settings.fault == FAULT_AFTER_SEEN:
-            log.error("fault injection: exiting after the seen marks, before the tasks")
-            os._exit(137)
 
         outgoing: list[Outgoing] = []
         owners: list[int] = []

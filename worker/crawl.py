@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -53,10 +52,6 @@ log = logging.getLogger(__name__)
 # repeat of one that was stored after all harmless.
 PUBLISH_TRIES = 3
 PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
-FAULT_AFTER_RESULT = "worker.after_result"
-# "worker.exit_on_url:<text>": the process exits when it is about to fetch a URL containing
-# <text>, every time — a poison task, for the tests of the max-deliveries path.
-FAULT_EXIT_ON_URL = "worker.exit_on_url:"
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
@@ -173,7 +168,6 @@ class TaskProcessor:
             return
         pause_s = None
         try:
-            self._fault_before_fetch(task)
             conditional = {}
             if task.gen and self._validators is not None:
                 conditional = await self._validators.conditional_headers(task.fp)
@@ -267,12 +261,6 @@ class TaskProcessor:
         self._deferrals.move_to_end(seq)
         while len(self._deferrals) > MAX_REMEMBERED_DEFERRALS:
             self._deferrals.popitem(last=False)
-
-    def _fault_before_fetch(self, task: Task) -> None:
-        fault = self._settings.fault
-        if fault.startswith(FAULT_EXIT_ON_URL) and fault[len(FAULT_EXIT_ON_URL) :] in task.url:
-            log.error("fault injection: exiting before fetching %s", task.url)
-            os._exit(137)
 
     # ------------------------------------------------------------------ building records
 
@@ -382,9 +370,6 @@ class TaskProcessor:
             )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
-        if self._settings.fault == FAULT_AFTER_RESULT:
-            log.error("fault injection: exiting after the result, before the ack")
-            os._exit(137)
         await self._outbox.ack(msg)
         self.stats.tasks += 1
         self._telemetry.finished(result)

@@ -169,9 +169,6 @@ class Settings:
     # where the platform allows; off: each starts as a new `python -m jetcrawl` interpreter.
     local_fork: bool = True
 
-    # --- fault injection for the fault-tolerance tests ("" in production)
-    fault: str = ""
-
     def __post_init__(self) -> None:
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")
