@@ -41,7 +41,6 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     SEEN_SUBJECT_PREFIX,
     TASKS_STREAM,
-    ensure,
     result_subject,
     shard_consumer,
     task_subject,
@@ -56,6 +55,7 @@ from jetcrawl.plumbing.bus import (
     PublishFailed,
     connect,
 )
+from jetcrawl.plumbing.topology import ensure
 
 __all__ = ["Ceiling", "Phase", "measure_ceiling", "publish_all", "result_record"]
 

@@ -23,11 +23,12 @@ from nats.js import JetStreamContext
 import jetcrawl.ops.results
 from bench.ceiling import publish_all, result_record
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import ensure, result_subject
+from jetcrawl.contract.topology import result_subject
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.results import Query, read_results
 from jetcrawl.plumbing.bus import Outbox, Outgoing, connect
 from jetcrawl.plumbing.pull import pull
+from jetcrawl.plumbing.topology import ensure
 
 __all__ = ["ReadingResult", "measure_reading", "reading_markdown"]
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 
 import orjson
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.deadletters import STAGE_POISON, DeadLetter, origins_of
@@ -45,10 +45,11 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     POISON_CONSUMER,
     TASKS_STREAM,
-    dead_subject,
 )
 from jetcrawl.dispatcher.intake import FRONTIER_STAGE
-from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.backoff import wait_set
+from jetcrawl.plumbing.bus import Outbox, PublishFailed
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 
 __all__ = ["PoisonCollector", "PoisonStats"]
@@ -98,8 +99,7 @@ class PoisonCollector:
                 continue  # nothing to collect (nats-py raises a TimeoutError subclass too)
             except NatsError as e:
                 log.warning("poison fetch failed, retrying: %r", e)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), RETRY_DELAY_S)
+                await wait_set(stopping, RETRY_DELAY_S)
                 continue
             for msg in msgs:
                 await self._handle(msg)
@@ -119,48 +119,55 @@ class PoisonCollector:
             self.stats.unreadable += 1
             await advisory.term()
             return
-        dead_letter = self._dead_frontier if stream == FRONTIER_STREAM else self._dead_letter
         try:
-            await dead_letter(seq, consumer, deliveries)
+            await self._dead_letter(stream == FRONTIER_STREAM, seq, consumer, deliveries)
         except (NatsError, TimeoutError, PublishFailed) as e:
             log.warning("%s message %d not dead-lettered yet: %r", stream, seq, e)
             await advisory.nak(delay=RETRY_DELAY_S)
             return
         await advisory.ack()
 
-    async def _dead_letter(self, seq: int, consumer: str, deliveries: int) -> None:
+    async def _dead_letter(self, frontier: bool, seq: int, consumer: str, deliveries: int) -> None:
+        """Message ``seq`` (of the frontier, or a task) written as a dead letter, then deleted;
+        one that is gone already is only counted."""
+        stream = FRONTIER_STREAM if frontier else TASKS_STREAM
         try:
-            task = await self._js.get_msg(TASKS_STREAM, seq)
+            msg = await self._js.get_msg(stream, seq)
         except NotFoundError:
             self.stats.gone += 1
             return
-        letter = DeadLetter.of(
-            stage=STAGE_POISON,
-            reason=REASON,
-            detail=f"consumer {consumer} delivered it {deliveries} times, never acked",
-            subject=task.subject or "",
-            received_at=time.time(),
-            original=task.data or b"",
-            max_bytes=self._settings.dead_original_max_bytes,
-            stream_seq=seq,
-        )
-        msg_id = f"dead-poison-{seq}"
-        [ack] = await self._outbox.send(
-            [Outgoing(dead_subject(STAGE_POISON), letter.to_wire(), {MSG_ID: msg_id})]
-        )
+        if frontier:
+            letter = self._frontier_letter(msg, consumer, deliveries)
+        else:
+            letter = dead_letter(
+                msg,
+                STAGE_POISON,
+                REASON,
+                f"consumer {consumer} delivered it {deliveries} times, never acked",
+                max_bytes=self._settings.dead_original_max_bytes,
+            )
+        [ack] = await self._outbox.send([to_outgoing(letter, f"dead-{letter.stage}-{seq}")])
         if isinstance(ack, PublishFailed):
             raise ack
         with contextlib.suppress(NotFoundError):
-            await self._js.delete_msg(TASKS_STREAM, seq)
-        log.warning("poison task dead-lettered (seq %d, %s): %s", seq, consumer, letter.detail)
+            await self._js.delete_msg(stream, seq)
         self.stats.dead_lettered += 1
+        if frontier:
+            self.stats.frontier_dead_lettered += 1
+            log.error(
+                "frontier message %d dead-lettered: %s (`jetcrawl dlq replay --stage frontier "
+                "--reason max_deliveries` admits its links)",
+                seq,
+                letter.detail,
+            )
+        else:
+            log.warning("poison task dead-lettered (seq %d, %s): %s", seq, consumer, letter.detail)
 
-    async def _dead_frontier(self, seq: int, consumer: str, deliveries: int) -> None:
-        try:
-            msg = await self._js.get_msg(FRONTIER_STREAM, seq)
-        except NotFoundError:
-            self.stats.gone += 1
-            return
+    def _frontier_letter(self, msg: RawStreamMsg, consumer: str, deliveries: int) -> DeadLetter:
+        """A frontier message's letter: whole, to be replayed, with the frontier sequences whose
+        seen marks it may have made; cut to ``dead_original_max_bytes`` (and kept as a record)
+        only if it does not fit in a message as a letter."""
+        seq = msg.seq or 0
         original = msg.data or b""
         try:
             earlier = origins_of(msg.headers)
@@ -170,40 +177,16 @@ class PoisonCollector:
         detail = (
             f"consumer {consumer} delivered it {deliveries} times and could not admit its links"
         )
-
-        def letter(max_bytes: int, detail: str) -> bytes:
-            return DeadLetter.of(
-                stage=FRONTIER_STAGE,
-                reason=REASON,
-                detail=detail,
-                subject=msg.subject or "",
-                received_at=time.time(),
-                original=original,
-                max_bytes=max_bytes,
-                stream_seq=seq,
-                origins=(*earlier, seq),
-            ).to_wire()
-
-        # Whole, to be replayed; cut to dead_original_max_bytes (and kept as a record) only if
-        # it does not fit in a message as a letter.
-        wire = letter(len(original), detail)
-        if len(wire) > self._outbox.max_payload - LETTER_HEADROOM:
-            wire = letter(
-                self._settings.dead_original_max_bytes,
-                f"{detail}; too large to keep whole ({len(original)} bytes): not replayable",
-            )
-        [ack] = await self._outbox.send(
-            [Outgoing(dead_subject(FRONTIER_STAGE), wire, {MSG_ID: f"dead-frontier-{seq}"})]
+        whole = dead_letter(
+            msg, FRONTIER_STAGE, REASON, detail, max_bytes=len(original), origins=(*earlier, seq)
         )
-        if isinstance(ack, PublishFailed):
-            raise ack
-        with contextlib.suppress(NotFoundError):
-            await self._js.delete_msg(FRONTIER_STREAM, seq)
-        log.error(
-            "frontier message %d dead-lettered: %s (`jetcrawl dlq replay --stage frontier "
-            "--reason max_deliveries` admits its links)",
-            seq,
-            detail,
+        if len(whole.to_wire()) <= self._outbox.max_payload - LETTER_HEADROOM:
+            return whole
+        return dead_letter(
+            msg,
+            FRONTIER_STAGE,
+            REASON,
+            f"{detail}; too large to keep whole ({len(original)} bytes): not replayable",
+            max_bytes=self._settings.dead_original_max_bytes,
+            origins=(*earlier, seq),
         )
-        self.stats.dead_lettered += 1
-        self.stats.frontier_dead_lettered += 1

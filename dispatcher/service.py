@@ -25,10 +25,7 @@ carry any of them are published as on a redelivery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +35,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from jetcrawl.contract.deadletters import DeadLetter, origins_of
+from jetcrawl.contract.deadletters import origins_of
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
@@ -46,8 +43,6 @@ from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     JOBS_BUCKET,
-    dead_subject,
-    ensure,
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
@@ -58,8 +53,11 @@ from jetcrawl.dispatcher.quota import AdmissionQuota
 from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
 from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
+from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
+from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,6 @@ MAX_RETRY_DELAY_S = 30.0
 # Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
-FAULT_AFTER_SEEN = "dispatcher.after_seen"
 
 
 @dataclass(slots=True)
@@ -227,9 +224,6 @@ class Dispatcher:
             await asyncio.gather(*(self._retry(m) for m in msgs))
             await self._notify()
             return
-        if self._settings.fault == FAULT_AFTER_SEEN:
-            log.error("fault injection: exiting after the seen marks, before the tasks")
-            os._exit(137)
 
         outgoing: list[Outgoing] = []
         owners: list[int] = []
@@ -237,24 +231,18 @@ class Dispatcher:
             shard = shard_of(host_of(task.url), self._settings.shards)
             outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.crawl_id}))
             owners.append(i)
-        received_at = time.time()
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
             seq = seqs[i]
             for j, rej in enumerate(reading.rejections):
-                letter = DeadLetter.of(
-                    stage=rej.stage,
-                    reason=rej.reason,
-                    detail=rej.detail,
-                    subject=msg.subject,
-                    received_at=received_at,
-                    original=rej.original,
+                letter = dead_letter(
+                    msg,
+                    rej.stage,
+                    rej.reason,
+                    rej.detail,
                     max_bytes=self._settings.dead_original_max_bytes,
-                    stream_seq=seq,
+                    original=rej.original,
                 )
-                msg_id = f"dead-{FRONTIER_STREAM}-{seq}-{j}"
-                outgoing.append(
-                    Outgoing(dead_subject(rej.stage), letter.to_wire(), {MSG_ID: msg_id})
-                )
+                outgoing.append(to_outgoing(letter, f"dead-{FRONTIER_STREAM}-{seq}-{j}"))
                 owners.append(i)
                 if msg.metadata.num_delivered == 1:
                     log.warning(
@@ -397,8 +385,7 @@ class Dispatcher:
             self._progress.notify_all()
 
     async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_set(self._stopping, seconds)
 
 
 def retry_delay_s(delivered: int) -> float:
@@ -406,4 +393,4 @@ def retry_delay_s(delivered: int) -> float:
     doubled at each delivery, at most 30 s. Its deliveries are few (``frontier_max_deliver``, 20),
     so a flat 1 s spent them all in well under a minute of a stream without a leader; this way
     they last about seven minutes."""
-    return min(RETRY_DELAY_S * 2 ** min(max(delivered - 1, 0), 16), MAX_RETRY_DELAY_S)
+    return backoff_s(delivered, RETRY_DELAY_S, MAX_RETRY_DELAY_S)

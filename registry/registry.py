@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from jetcrawl.contract.settings import Settings
+from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.registry.errors import RegistryError
 from jetcrawl.registry.etcd import Change, Etcd, Listing
 from jetcrawl.registry.keys import Keys
@@ -218,7 +219,7 @@ class Registry:
     async def _keep_lease(self) -> None:
         interval = self._settings.keepalive_interval_s
         while True:
-            asked = await _wait(self._check_lease, interval)
+            asked = await wait_set(self._check_lease, interval)
             self._check_lease.clear()
             lease = self._lease
             assert lease is not None  # only this loop clears it, and returns if it stays None
@@ -251,15 +252,15 @@ class Registry:
         self._notify()
         if self._closing:
             return
-        delay = RETRY_FIRST_S
+        failed = 0
         while True:
             try:
                 await self._register()
                 break
             except RegistryError as exc:
                 self._etcd_failed(exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S, self._settings.keepalive_interval_s)
+            failed += 1
+            await asyncio.sleep(self._retry_delay_s(failed))
         self._etcd_answered()
         self._start_rebalancer()
 
@@ -281,7 +282,7 @@ class Registry:
 
     async def _watch(self, listing: Listing | None) -> None:
         """Follow every change under the cluster's prefix; after an error, list again and resume."""
-        delay = RETRY_FIRST_S
+        failed = 0
         while True:
             try:
                 if listing is None:
@@ -291,17 +292,22 @@ class Registry:
                     self._keys.root, listing.revision + 1
                 ) as changes:
                     self._view.watched_up_to(listing.revision)
-                    delay = RETRY_FIRST_S
+                    failed = 0
                     async for change in changes:
                         self._merge(change)
                         self._view.watched_up_to(change.revision)
                 log.warning("%s: the watch ended; watching again", self.worker_id)
             except RegistryError as exc:
-                level = logging.WARNING if delay == RETRY_FIRST_S else logging.DEBUG
+                level = logging.WARNING if failed == 0 else logging.DEBUG
                 log.log(level, "%s: the watch broke, will list again: %s", self.worker_id, exc)
             listing = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S, self._settings.keepalive_interval_s)
+            failed += 1
+            await asyncio.sleep(self._retry_delay_s(failed))
+
+    def _retry_delay_s(self, failed: int) -> float:
+        """How long to wait after the ``failed``-th failure in a row before trying etcd again."""
+        cap_s = min(RETRY_MAX_S, self._settings.keepalive_interval_s)
+        return backoff_s(failed, min(RETRY_FIRST_S, cap_s), cap_s)
 
     async def _reconcile(self) -> None:
         """The safety net: a full listing merged into the view (older than the view: no effect)."""
@@ -347,7 +353,7 @@ class Registry:
                 return
             if self._owned != before:
                 continue  # a shard lost or released may be one to take (again) right away
-            await _wait(self._view_changed, reconcile_at - time.monotonic())
+            await wait_set(self._view_changed, reconcile_at - time.monotonic())
             if time.monotonic() >= reconcile_at:
                 await self._reconcile()
                 reconcile_at = time.monotonic() + interval
@@ -428,13 +434,3 @@ class Registry:
     def _notify(self) -> None:
         self._state_changed.set()
         self._state_changed = asyncio.Event()
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
-    """Wait for ``event`` up to ``timeout_s``; whether it was set."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True

@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import signal
-import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.local.crawl import nats_threads
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import NAME_PREFIX
+from tests.support import faulty
 from tests.support.badsite import RawServer
 from tests.support.ledger import read_ledger
 from tests.support.procfs import EXITED, environ, stat
@@ -160,7 +160,7 @@ class Finished:
 class Crawl:
     """``jetcrawl crawl ARGS --output workdir/out.jsonl --allow-net 127.0.0.0/8``, its files in
     ``workdir``; an async context manager that kills, on exit, the command and every service of
-    it seen so far."""
+    it seen so far. With ``fault``, its services crash on it (tests/support/faulty.py)."""
 
     def __init__(
         self,
@@ -169,18 +169,22 @@ class Crawl:
         env: Mapping[str, str] | None = None,
         new_session: bool = False,
         shards: int | None = SHARDS,
+        fault: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.output = workdir / "out.jsonl"
         self.args = (*args, "--output", str(self.output), *ALLOW_LOOPBACK)
         self.tmpdir = workdir / "tmp"
-        self._env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
-            **({"JETCRAWL_SHARDS": str(shards)} if shards is not None else {}),
-            "JETCRAWL_HOST_DELAY_S": "0",  # the product's 1 s per host would take minutes here
-            "TMPDIR": str(self.tmpdir),
-            **(env or {}),
-        }
+        self._command = faulty.command(fault)
+        self._env = faulty.environ(
+            {
+                **{k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
+                **({"JETCRAWL_SHARDS": str(shards)} if shards is not None else {}),
+                "JETCRAWL_HOST_DELAY_S": "0",  # the product's 1 s per host would take minutes here
+                "TMPDIR": str(self.tmpdir),
+                **(env or {}),
+            }
+        )
         self._new_session = new_session
         self._proc: asyncio.subprocess.Process | None = None
         self._seen: dict[int, Proc] = {}
@@ -192,7 +196,9 @@ class Crawl:
             (self.workdir / "stderr").open("wb") as stderr,
         ):
             self._proc = await asyncio.create_subprocess_exec(
-                *[sys.executable, "-m", "jetcrawl", "crawl", *self.args],
+                *self._command,
+                "crawl",
+                *self.args,
                 env=self._env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=stdout,
@@ -289,9 +295,10 @@ async def crawl(
     *args: str,
     env: Mapping[str, str] | None = None,
     shards: int | None = SHARDS,
+    fault: str | None = None,
 ) -> Finished:
     """Run the command to its end (with ``JETCRAWL_SHARDS=shards`` unless None)."""
-    async with Crawl(workdir, *args, env=env, shards=shards) as running:
+    async with Crawl(workdir, *args, env=env, shards=shards, fault=fault) as running:
         return await running.finish()
 
 
@@ -614,8 +621,7 @@ async def test_killed_command_leaves_no_service_behind(tmp_path: Path) -> None:
 
 async def test_a_service_that_dies_fails_the_crawl(tmp_path: Path, site: MultiHostSite) -> None:
     # Each worker exits with 137 right after publishing its first result.
-    fault = {"JETCRAWL_FAULT": "worker.after_result"}
-    finished = await crawl(tmp_path, *site.seeds, "--scope", "any", env=fault)
+    finished = await crawl(tmp_path, *site.seeds, "--scope", "any", fault="worker.after_result")
     assert finished.returncode != 0, finished.explain()
     assert re.search(r"worker-\d exited early with code 137", finished.stderr), finished.explain()
     assert "crawled" not in finished.stdout

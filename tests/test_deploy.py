@@ -57,7 +57,6 @@ from jetcrawl.contract.topology import (
     SEEDS,
     TASKS_STREAM,
     Topology,
-    ensure,
     result_subject,
     task_subject,
 )
@@ -71,6 +70,7 @@ from jetcrawl.local.embedded import (
     nats_server_binary,
 )
 from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan

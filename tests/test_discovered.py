@@ -13,11 +13,12 @@ from nats.js.api import PubAck
 
 from jetcrawl.contract.messages import Discovered, DiscoveredPages, Lineage, Task
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DISCOVERED, FRONTIER_STREAM, TASKS_STREAM, ensure
+from jetcrawl.contract.topology import DISCOVERED, FRONTIER_STREAM, TASKS_STREAM
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, PublishFailed
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.crawl import CrawlStats
 from jetcrawl.worker.discovered import DiscoveredOutbox, merged
 from tests.support.streams import stored

@@ -29,7 +29,6 @@ from jetcrawl.contract.topology import (
     SEEDS,
     TASKS_STREAM,
     Topology,
-    ensure,
 )
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
 from jetcrawl.dispatcher import Dispatcher
@@ -39,6 +38,8 @@ from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bus import Outbox
 from jetcrawl.plumbing.metrics import DispatcherMetrics
+from jetcrawl.plumbing.topology import ensure
+from tests.support import faulty
 from tests.support.streams import eventually, read_until, seen_keys, stored
 
 SHARDS = 8
@@ -307,12 +308,10 @@ async def test_shard_count_is_fixed_at_creation(nats_server: object, js: JetStre
 # ---------------------------------------------------------------- crashes
 
 
-def _spawn_dispatcher(url: str, **env: str) -> subprocess.Popen[bytes]:
+def _spawn_dispatcher(url: str, fault: str | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "jetcrawl",
+            *faulty.command(fault),
             "--log-level",
             "WARNING",
             "dispatcher",
@@ -321,7 +320,7 @@ def _spawn_dispatcher(url: str, **env: str) -> subprocess.Popen[bytes]:
             "--shards",
             str(SHARDS),
         ],
-        env={**os.environ, "JETCRAWL_ACK_WAIT_S": "1", **env},
+        env=faulty.environ({**os.environ, "JETCRAWL_ACK_WAIT_S": "1"}),
         stderr=subprocess.DEVNULL,
     )
 
@@ -346,8 +345,11 @@ async def test_crash_between_seen_mark_and_task_loses_nothing(
     urls = [f"https://h{i % 5}.example/p{i}" for i in range(200)]
     await ensure(js, settings_for(url))
     await js.publish(SEEDS, "\n".join(urls).encode())
-    crashing = _spawn_dispatcher(url, JETCRAWL_FAULT="dispatcher.after_seen")
-    assert await _wait_exit(crashing) == 137
+    crashing = _spawn_dispatcher(url, fault="dispatcher.after_seen")
+    try:
+        assert await _wait_exit(crashing) == 137
+    finally:
+        crashing.kill()  # it did not crash: a failure, not a hang on its wait thread
     assert await seen_keys(js) == {fingerprint(u) for u in urls}, "marks made, then the crash"
     assert await stored(js, TASKS_STREAM) == []
 

@@ -24,11 +24,11 @@ from jetcrawl.contract.topology import (
     SEEDS,
     TASKS_STREAM,
     dead_subject,
-    ensure,
 )
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.plumbing.topology import ensure
 from tests.support.badsite import BadSite
 from tests.support.mesh import Mesh
 from tests.support.streams import eventually, stored
@@ -69,14 +69,14 @@ async def test_a_poison_task_ends_in_crawl_dead_and_dlq_replay_crawls_it(mesh: M
     async with BadSite(host="127.0.0.2") as site:
         site.add(POISON, "<title>not poison after all</title>")
         poison_url = site.url(POISON)
-        crash = {"JETCRAWL_FAULT": f"worker.exit_on_url:{POISON}"}
+        crash = f"worker.exit_on_url:{POISON}"
 
         # Alone: a crash also costs every other task the worker holds a delivery.
         await mesh.start("dispatcher", "dispatcher")
-        first = await mesh.start("worker", "w1", **crash)
+        first = await mesh.start("worker", "w1", fault=crash)
         await mesh.seed([poison_url])
         assert await first.wait() == 137, first.log()  # delivery 1
-        second = await mesh.start("worker", "w2", **crash)
+        second = await mesh.start("worker", "w2", fault=crash)
         assert await second.wait() == 137, second.log()  # delivery 2: MaxDeliver
         await mesh.start("worker", "w3")  # pulling the shard makes JetStream give up on it
 

@@ -9,7 +9,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import TASKS_STREAM, ensure, shard_consumer, task_subject
+from jetcrawl.contract.topology import TASKS_STREAM, shard_consumer, task_subject
 from jetcrawl.local.drain import (
     NEARLY_IDLE,
     NEARLY_IDLE_FOR_S,
@@ -20,6 +20,7 @@ from jetcrawl.local.drain import (
     snapshot,
 )
 from jetcrawl.local.embedded import NatsServer
+from jetcrawl.plumbing.topology import ensure
 from tests.support.streams import eventually
 
 

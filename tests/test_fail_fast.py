@@ -18,8 +18,9 @@ from jetcrawl.cli.runtime import STOP_GRACE_S
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import SettingsError
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import RESULTS_STREAM, ensure
+from jetcrawl.contract.topology import RESULTS_STREAM
 from jetcrawl.local.embedded import NatsServer, free_ports
+from jetcrawl.plumbing.topology import ensure
 from tests.support.badsite import RawServer
 from tests.support.streams import eventually
 

@@ -52,11 +52,10 @@ async def big_site() -> AsyncIterator[MultiHostSite]:
 
 
 async def start_crawl(mesh: Mesh, site: MultiHostSite, **faults: str) -> None:
+    """The services, the workers of ``faults`` crashing on theirs (tests/support/faulty.py)."""
     await mesh.start("dispatcher", "dispatcher")
     for name in WORKERS:
-        await mesh.start(
-            "worker", name, **({"JETCRAWL_FAULT": faults[name]} if name in faults else {})
-        )
+        await mesh.start("worker", name, fault=faults.get(name))
     await mesh.wait_ownership(set(WORKERS))
     await mesh.seed(site.seeds)
 

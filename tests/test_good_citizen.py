@@ -27,7 +27,6 @@ from jetcrawl.contract.topology import (
     RESULTS_STREAM,
     SEEDS,
     TASKS_STREAM,
-    ensure,
     shard_consumer,
 )
 from jetcrawl.dispatcher import Dispatcher
@@ -35,6 +34,7 @@ from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.status import Status, read_reports
 from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker import Worker
 from jetcrawl.worker.crawl import PUBLISH_TRIES
 from tests.support.badsite import BadSite

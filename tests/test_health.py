@@ -6,10 +6,10 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import ensure
 from jetcrawl.plumbing.endpoint import Endpoint
 from jetcrawl.plumbing.health import Readiness, nats_ready
 from jetcrawl.plumbing.metrics import DispatcherMetrics, WorkerMetrics
+from jetcrawl.plumbing.topology import ensure
 from tests.support.scrape import free_port, probe, scrape
 
 

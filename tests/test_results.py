@@ -21,11 +21,12 @@ from warcio.archiveiterator import ArchiveIterator
 from jetcrawl.contract.errors import JetcrawlError
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import ensure, result_subject
+from jetcrawl.contract.topology import result_subject
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.results import parse_since
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
 from jetcrawl.plumbing.bus import MSG_ID
+from jetcrawl.plumbing.topology import ensure
 
 BODY = "<html><head><title>Ünïcode</title></head><body>" + "x" * 300_000 + "</body></html>"
 

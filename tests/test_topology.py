@@ -17,8 +17,9 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.errors import TopologyError, TopologyUnavailable
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import Topology, ensure
+from jetcrawl.contract.topology import Topology, as_cli_json
 from jetcrawl.local.embedded import NatsCluster, NatsServer
+from jetcrawl.plumbing.topology import ensure
 from tests.support.streams import eventually
 
 
@@ -190,7 +191,7 @@ async def test_ensure_waits_for_a_cluster_without_a_leader_then_applies_the_topo
     try:
         js = nc.jetstream(timeout=1)
         settings = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=3)
-        caplog.set_level(logging.WARNING, logger="jetcrawl.contract.topology")
+        caplog.set_level(logging.WARNING, logger="jetcrawl.plumbing.topology")
         applying = asyncio.create_task(ensure(js, settings))
 
         async def refused() -> bool:
@@ -212,10 +213,32 @@ async def test_ensure_gives_up_after_topology_wait_s(
     nc = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
     try:
         five = Settings(nats_url=nats_cluster.urls[0], shards=2, replicas=5, topology_wait_s=1)
-        caplog.set_level(logging.WARNING, logger="jetcrawl.contract.topology")
+        caplog.set_level(logging.WARNING, logger="jetcrawl.plumbing.topology")
         with pytest.raises(TopologyUnavailable):
             await ensure(nc.jetstream(), five)
         waits = [r.message for r in caplog.records if "cannot take the topology" in r.message]
         assert waits, "it tried again before it gave up"  # 0.25 s, 0.5 s, then what is left
     finally:
         await nc.close()
+
+
+# The declarations as `jetcrawl topology` prints them for these settings, pinned: a change to a
+# stream or consumer shows here as a diff of tests/topology.json (regenerate it on purpose).
+PINNED = Path(__file__).with_name("topology.json")
+PINNED_SETTINGS = Settings(
+    shards=2,
+    replicas=3,
+    ack_wait_s=7.0,
+    max_ack_pending=100,
+    duplicate_window_s=300.0,
+    frontier_max_deliver=5,
+    task_max_deliver=4,
+    max_deferrals=3,
+)
+
+
+def test_the_declared_streams_and_consumers_are_the_pinned_ones() -> None:
+    declared = orjson.loads(orjson.dumps(as_cli_json(PINNED_SETTINGS)))
+    pinned = orjson.loads(PINNED.read_bytes())
+    assert list(declared["streams"]) == list(pinned["streams"])  # in the order they are made
+    assert declared == pinned

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import heapq
 import logging
-import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -29,10 +28,12 @@ from jetcrawl.contract.deadletters import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import Discovered, Failure, Result, Task, WaitingOn
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import dead_subject, result_subject
+from jetcrawl.contract.topology import result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
+from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetched, Fetcher
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 # repeat of one that was stored after all harmless.
 PUBLISH_TRIES = 3
 PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
-FAULT_AFTER_RESULT = "worker.after_result"
-# "worker.exit_on_url:<text>": the process exits when it is about to fetch a URL containing
-# <text>, every time — a poison task, for the tests of the max-deliveries path.
-FAULT_EXIT_ON_URL = "worker.exit_on_url:"
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
@@ -207,7 +204,6 @@ class TaskProcessor:
         self._first_attempt(seq, time.time())  # waiting for the host is no part of the budget
         pause_s = None
         try:
-            self._fault_before_fetch(task)
             conditional = {}
             if task.gen and self._validators is not None:
                 conditional = await self._validators.conditional_headers(task.fp)
@@ -295,15 +291,12 @@ class TaskProcessor:
         result = dataclasses.replace(result, error=Failure(kind, message))
         letter = None
         if retryable(kind=error_kind, status=status):  # the attempts ran out
-            letter = DeadLetter.of(
-                stage=STAGE_FETCH,
-                reason="retries_exhausted",
-                detail=f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
-                subject=msg.subject,
-                received_at=time.time(),
-                original=msg.data,
+            letter = dead_letter(
+                msg,
+                STAGE_FETCH,
+                "retries_exhausted",
+                f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
                 max_bytes=self._settings.dead_original_max_bytes,
-                stream_seq=msg.metadata.sequence.stream,
             )
         await self._finish(msg, task, result, None, letter)
 
@@ -318,12 +311,6 @@ class TaskProcessor:
         self._deferrals.move_to_end(seq)
         while len(self._deferrals) > MAX_REMEMBERED_DEFERRALS:
             self._deferrals.popitem(last=False)
-
-    def _fault_before_fetch(self, task: Task) -> None:
-        fault = self._settings.fault
-        if fault.startswith(FAULT_EXIT_ON_URL) and fault[len(FAULT_EXIT_ON_URL) :] in task.url:
-            log.error("fault injection: exiting before fetching %s", task.url)
-            os._exit(137)
 
     # ------------------------------------------------------------------ building records
 
@@ -425,9 +412,7 @@ class TaskProcessor:
             crawl_id = f"{crawl_id}-replay-{replay}"
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if letter is not None:
-            outgoing.append(
-                Outgoing(dead_subject(letter.stage), letter.to_wire(), {MSG_ID: f"dead-{crawl_id}"})
-            )
+            outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
         failed = await self._publish(outgoing, links, crawl_id)
         if failed is not None:
             log.warning(
@@ -435,9 +420,6 @@ class TaskProcessor:
             )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
-        if self._settings.fault == FAULT_AFTER_RESULT:
-            log.error("fault injection: exiting after the result, before the ack")
-            os._exit(137)
         await self._outbox.ack(msg)
         self._first_tried.pop(msg.metadata.sequence.stream, None)
         self.stats.tasks += 1
@@ -453,10 +435,10 @@ class TaskProcessor:
         """Publish all, and ``links`` (of the task ``crawl_id``) through the discovered outbox;
         again in place what was not stored (``PUBLISH_TRIES`` in all). The first failure left,
         or None when all are stored."""
-        delay_s = PUBLISH_RETRY_DELAY_S
         failures: list[PublishFailed] = []
         for attempt in range(PUBLISH_TRIES):
             if attempt:
+                delay_s = backoff_s(attempt, PUBLISH_RETRY_DELAY_S)
                 log.warning(
                     "publishing %s failed, again in %.0f s: %s",
                     failures[0].subject,
@@ -465,7 +447,6 @@ class TaskProcessor:
                 )
                 self.stats.publish_retries += len(failures)
                 await asyncio.sleep(delay_s)
-                delay_s *= 2
             links_stored = self._links_out.add(links, crawl_id) if links is not None else None
             acks = await self._outbox.send(outgoing) if outgoing else []
             failures = [ack for ack in acks if isinstance(ack, PublishFailed)]
@@ -487,19 +468,11 @@ class TaskProcessor:
         self.stats.retried += 1
 
     async def _dead_letter(self, msg: Msg, reason: str, detail: str) -> None:
-        letter = DeadLetter.of(
-            stage=STAGE_TASK,
-            reason=reason,
-            detail=detail,
-            subject=msg.subject,
-            received_at=time.time(),
-            original=msg.data,
-            max_bytes=self._settings.dead_original_max_bytes,
-            stream_seq=msg.metadata.sequence.stream,
+        letter = dead_letter(
+            msg, STAGE_TASK, reason, detail, max_bytes=self._settings.dead_original_max_bytes
         )
-        msg_id = f"dead-task-{msg.metadata.sequence.stream}"
         failed = await self._publish(
-            [Outgoing(dead_subject(STAGE_TASK), letter.to_wire(), {MSG_ID: msg_id})]
+            [to_outgoing(letter, f"dead-task-{msg.metadata.sequence.stream}")]
         )
         if failed is not None:
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)

@@ -21,6 +21,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.worker.errors import TRANSIENT_KINDS
 
 __all__ = ["RETRY_STATUSES", "Backoff", "retry_after_s", "retry_delay", "retryable"]
@@ -59,8 +60,7 @@ def retry_delay(
     ``spent_s``: time since the URL's first attempt began."""
     if not retryable(kind=kind, status=status) or attempt >= backoff.max_attempts:
         return None
-    ceiling = min(backoff.max_s, backoff.base_s * 2 ** (attempt - 1))
-    delay = ceiling / 2 + (rng or random).random() * ceiling / 2
+    delay = backoff_s(attempt, backoff.base_s, backoff.max_s, jitter=0.5, rng=rng)
     if retry_after is not None:
         delay = max(delay, retry_after)
     if spent_s + delay > backoff.budget_s:

@@ -27,13 +27,14 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     VALIDATORS_BUCKET,
     WORKERS_BUCKET,
-    ensure,
     shard_consumer,
 )
 from jetcrawl.otel import NO_TRACING, Tracing
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.crawl import CrawlStats, Ownership, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
@@ -233,11 +234,7 @@ class Worker:
             return
         puller, task = entry
         puller.stop()
-        try:
-            await asyncio.wait_for(
-                asyncio.shield(puller.done.wait()), self._settings.drain_deadline_s
-            )
-        except TimeoutError:
+        if not await wait_set(puller.done, self._settings.drain_deadline_s):
             log.warning(
                 "shard %d did not drain in %.0f s; cancelling",
                 shard,

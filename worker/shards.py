@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.crawl import Ownership
@@ -127,7 +128,4 @@ class ShardPuller:
             self._holding.release()
 
     async def _pause(self) -> None:
-        try:
-            await asyncio.wait_for(self._stopping.wait(), RETRY_PAUSE_S)
-        except TimeoutError:
-            return
+        await wait_set(self._stopping, RETRY_PAUSE_S)

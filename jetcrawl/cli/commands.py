@@ -64,8 +64,9 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 async def apply_topology(settings: Settings) -> int:
     """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
-    from jetcrawl.contract.topology import Topology, ensure
+    from jetcrawl.contract.topology import Topology
     from jetcrawl.plumbing.bus import connect
+    from jetcrawl.plumbing.topology import ensure
 
     settings = settings.replace(create_topology=True)
     nc = await connect(settings, "jetcrawl-topology", give_up_s=settings.command_timeout_s)

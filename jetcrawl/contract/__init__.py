@@ -3,7 +3,7 @@
 errors.py     the exception tree (``JetcrawlError`` and its branches)
 settings.py   the one frozen ``Settings`` object, from flags and ``JETCRAWL_*`` variables
 messages.py   wire shapes and their frozen dataclasses (seeds, tasks, results, dead letters)
-topology.py   streams, consumers and buckets as code; subjects; ``ensure`` creates them
+topology.py   streams, consumers and buckets as code; subjects (declared: plumbing applies them)
 urls.py       canonical URLs, scope, the shard function and the URL fingerprint
 """
 

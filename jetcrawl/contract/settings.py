@@ -177,9 +177,6 @@ class Settings:
     local_fork: bool = True
     progress_log_every_s: float = 5.0  # without a terminal, a progress log line this often
 
-    # --- fault injection for the fault-tolerance tests ("" in production)
-    fault: str = ""
-
     def __post_init__(self) -> None:
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")

@@ -6,7 +6,7 @@ services.py   how a service process starts: forked before the event loop, or spa
 collector.py  follows the results stream into the summary and the output file
 progress.py   the progress line
 drain.py      "drained" read exactly from JetStream snapshots, and how often to look
-interrupt.py  Ctrl-C as events, and a sleep that ends when one is set
+interrupt.py  Ctrl-C as events, and how long the services have to stop
 embedded.py   nats-server and etcd from their wheels, in a temporary directory
 """
 

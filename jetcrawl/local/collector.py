@@ -16,9 +16,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from jetcrawl.contract.messages import ResultHead
 from jetcrawl.contract.topology import RESULTS_PREFIX, RESULTS_STREAM
-from jetcrawl.local.interrupt import pause
 from jetcrawl.local.summary import Summary
 from jetcrawl.ops.export import Sink
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyNotFound, BodyStore
 from jetcrawl.plumbing.pull import Cut, pull
 
@@ -70,7 +70,7 @@ class ResultCollector:
         while not self._stopping.is_set():
             if await self._read_batch(self._cut) < COLLECT_BATCH:
                 # Let results gather: fewer, larger fetches cost the command far less CPU.
-                await pause(self._stopping, COLLECT_PAUSE_S)
+                await wait_set(self._stopping, COLLECT_PAUSE_S)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -32,19 +32,21 @@ from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS
 from jetcrawl.local.children import Children, CrawlFailed, start_children
 from jetcrawl.local.collector import ResultCollector
 from jetcrawl.local.drain import WATCHED_STREAMS, Cadence, Snapshot, snapshot
 from jetcrawl.local.embedded import EtcdServer, NatsServer
-from jetcrawl.local.interrupt import Interrupt, Interrupted, pause
+from jetcrawl.local.interrupt import Interrupt, Interrupted
 from jetcrawl.local.progress import Progress, State
 from jetcrawl.local.services import Prefork
 from jetcrawl.local.summary import Summary
 from jetcrawl.ops.export import open_sink
 from jetcrawl.ops.status import read_reports
+from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.topology import ensure
 
 __all__ = ["CrawlFailed", "CrawlRequest", "Interrupt", "Interrupted", "Summary", "crawl"]
 
@@ -186,7 +188,7 @@ async def _wait_for_workers(
             balanced = bool(counts) and max(counts) - min(counts) <= 1
             if len(owners) == settings.shards and len(counts) >= workers and balanced:
                 return
-            await pause(interrupt.requested, WORKERS_POLL_S)
+            await wait_set(interrupt.requested, WORKERS_POLL_S)
     log.warning(
         "workers did not share the shards within %.0f s; seeding anyway", WORKERS_READY_TIMEOUT_S
     )
@@ -289,6 +291,6 @@ async def _wait_drained(
             if current.settled_after(previous):
                 return current
             previous = current
-            await pause(interrupt.requested, cadence.next_in(current, time.monotonic()))
+            await wait_set(interrupt.requested, cadence.next_in(current, time.monotonic()))
     finally:
         progress.done()

@@ -1,4 +1,4 @@
-"""Stopping a local crawl: Ctrl-C as events the crawl's loops check, and a sleep that ends early."""
+"""Stopping a local crawl: Ctrl-C as events the crawl's loops check."""
 
 from __future__ import annotations
 
@@ -53,9 +53,3 @@ class Interrupt:
                 await task
             raise Interrupted("interrupted while starting")
         return task.result()
-
-
-async def pause(event: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` unless ``event`` is set first."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)

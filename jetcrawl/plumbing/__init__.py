@@ -1,12 +1,15 @@
 """What the services share to talk to NATS and to be watched; no crawling rules here.
 
-bus.py            connecting to NATS, and the outbox that pipelines publishes and acks
-pull.py           the pull request loop over nats-py
+topology.py     ``ensure``: the declared streams, consumers and buckets made so on the server
+backoff.py      the one retry backoff, and the one wait that a stop cuts short
+deadletters.py  dead letters built from the message given up on, and published
+bus.py          connecting to NATS, and the outbox that pipelines publishes and acks
+pull.py         the pull request loop over nats-py
+metrics.py      Prometheus metrics of the dispatcher and the worker
+health.py       readiness checks (NATS, etcd) for ``/readyz``
+endpoint.py     the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``
+bodies.py       page bodies in the ``crawl_bodies`` object store
 natsinternals.py  the private attributes of nats-py we rely on, in one place, checked
-metrics.py        Prometheus metrics of the dispatcher and the worker
-health.py         readiness checks (NATS, etcd) for ``/readyz``
-endpoint.py       the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``
-bodies.py         page bodies in the ``crawl_bodies`` object store
 """
 
 __all__: list[str] = []  # import the modules by name

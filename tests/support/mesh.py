@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,10 +23,12 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS, ensure
+from jetcrawl.contract.topology import RESULTS_STREAM, SEEDS
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
+from tests.support import faulty
 from tests.support.ledger import Tap
 from tests.support.streams import eventually, stored
 
@@ -107,23 +108,24 @@ class Mesh:
 
     # ------------------------------------------------------------------ services
 
-    async def start(self, role: str, name: str, **env: str) -> Service:
+    async def start(self, role: str, name: str, *, fault: str | None = None, **env: str) -> Service:
+        """``jetcrawl ROLE`` as ``name``; with ``fault``, crashing on it (support/faulty.py)."""
         log_path = self._workdir / f"{name}.log"
         with log_path.open("wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "jetcrawl",
+                *faulty.command(fault),
                 "--log-level",
                 "INFO",
                 role,
-                env={
-                    # Tracing is on only where a test asks for it (OTEL_* in ``env``).
-                    **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-                    **self.settings.to_env(),
-                    "JETCRAWL_WORKER_ID": name,
-                    **env,
-                },
+                env=faulty.environ(
+                    {
+                        # Tracing is on only where a test asks for it (OTEL_* in ``env``).
+                        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                        **self.settings.to_env(),
+                        "JETCRAWL_WORKER_ID": name,
+                        **env,
+                    }
+                ),
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )
