@@ -32,6 +32,7 @@ from nats.js import JetStreamContext
 from bench.runners import stored_messages_in
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.urls import host_of, shard_of
+from jetcrawl.local.children import MAX_RESTARTS
 from jetcrawl.local.crawl import nats_threads
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.local.services import NAME_PREFIX
@@ -619,15 +620,26 @@ async def test_killed_command_leaves_no_service_behind(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- failures
 
 
-async def test_a_service_that_dies_fails_the_crawl(tmp_path: Path, site: MultiHostSite) -> None:
-    # Each worker exits with 137 right after publishing its first result.
-    finished = await crawl(tmp_path, *site.seeds, "--scope", "any", fault="worker.after_result")
-    assert finished.returncode != 0, finished.explain()
-    assert re.search(r"worker-\d exited early with code 137", finished.stderr), finished.explain()
-    assert "crawled" not in finished.stdout
-    assert finished.leftovers == []
-    assert "Traceback" not in finished.stderr, finished.explain()
+async def test_a_service_that_keeps_dying_fails_the_crawl(tmp_path: Path) -> None:
+    # Every worker is killed as soon as it is seen, its restarts too: after MAX_RESTARTS the
+    # crawl gives up, says which service and why, and stops the others.
+    async with EndlessSite() as site, Crawl(tmp_path, site.seed, "--workers", "1") as running:
+
+        def kill_workers_until_it_ends() -> bool:
+            for service in running.services():
+                if service.kind == "worker":
+                    service.kill()
+            return running.proc.returncode is not None
+
+        await running.until(kill_workers_until_it_ends, CRAWL_TIMEOUT_S, "giving up")
+        finished = await running.finish()
     assert finished.returncode == 2, finished.explain()  # like every other JetcrawlError
+    assert re.search(
+        rf"worker-1 exited early with code -9, after {MAX_RESTARTS} restarts", finished.stderr
+    ), finished.explain()
+    assert finished.stderr.count("worker-1 started again") == MAX_RESTARTS
+    assert "crawled" not in finished.stdout and "Traceback" not in finished.stderr
+    assert finished.leftovers == []
 
 
 @pytest.mark.parametrize("victim", ["worker", "dispatcher"])

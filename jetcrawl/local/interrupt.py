@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from jetcrawl.contract.errors import JetcrawlError
 
 T = TypeVar("T")
+ABANDONED_STEP_WAIT_S = 0.5  # how long an interrupted step may take to end
 INTERRUPT_GRACE_S = 2.0  # after Ctrl-C, how long the services have to stop before they are killed
 
 
@@ -47,9 +47,11 @@ class Interrupt:
         finally:
             stop.cancel()
         if not task.done():
+            # Abandoned: cancelled, and not awaited for long, since under nats-py a cancellation
+            # can be swallowed (Python 3.11's wait_for) and the step run on to its timeout.
             task.cancel()
-            # The step is abandoned: whatever it raises on its way out no longer matters.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await asyncio.wait([task], timeout=ABANDONED_STEP_WAIT_S)
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: whatever it raised on its way out is moot
             raise Interrupted("interrupted while starting")
         return task.result()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-ROOT = Path(__file__).resolve().parents[1]  # where ``tests`` is importable from
+ROOT = Path(__file__).resolve().parents[2]  # where ``tests`` is importable from
 EXIT_CODE = 137
 
 log = logging.getLogger("tests.support.faulty")
