@@ -1,13 +1,14 @@
 """One task, start to finish: robots -> politeness -> fetch -> parse -> publish -> ack.
 
-The task is acked only after JetStream has acknowledged its result and its discovered links, so a
-crash anywhere before that redelivers it; both publishes carry ``Nats-Msg-Id`` so the redelivery
-adds no second record. A task waits for its host's turn (:mod:`jetcrawl.worker.politeness`) holding
-no fetch slot; a task handed back while waiting is not an attempt. Failures worth retrying are
-handed back with ``nak(delay)`` (:mod:`jetcrawl.worker.retry`); when the attempts run out, the
-failure is the task's result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason
-``retries_exhausted``) keeps the task for ``jetcrawl dlq replay``. A failure not worth retrying is
-just the result.
+Each step returns what the next one needs or the task's outcome (:mod:`jetcrawl.worker.outcome`),
+and ``_carry_out`` does an outcome's I/O. The task is acked only after JetStream has acknowledged
+its result and its discovered links, so a crash anywhere before that redelivers it; both
+publishes carry ``Nats-Msg-Id`` so the redelivery adds no second record. A task waits for its
+host's turn (:mod:`jetcrawl.worker.politeness`) holding no fetch slot; a task handed back while
+waiting is not an attempt. Failures worth retrying are handed back with ``nak(delay)``
+(:mod:`jetcrawl.worker.retry`) while the URL's budget lasts; then the failure is the task's
+result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason ``retries_exhausted``) keeps the
+task for ``jetcrawl dlq replay``. A failure not worth retrying is just the result.
 """
 
 from __future__ import annotations
@@ -37,10 +38,19 @@ from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetched, Fetcher
+from jetcrawl.worker.outcome import (
+    AGAIN_AT_ONCE,
+    AGAIN_HANDED_BACK,
+    AGAIN_RETRY,
+    Again,
+    Attempt,
+    Done,
+    Ownership,
+)
 from jetcrawl.worker.parse import Page, extract
-from jetcrawl.worker.politeness import Deferred, Politeness
+from jetcrawl.worker.politeness import Deferred, Politeness, Turn
 from jetcrawl.worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
-from jetcrawl.worker.robots import Robots
+from jetcrawl.worker.robots import Robots, RobotsVerdict
 from jetcrawl.worker.sent import SentLinks
 from jetcrawl.worker.telemetry import TaskTelemetry
 from jetcrawl.worker.validators import Validators
@@ -56,6 +66,7 @@ PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
+Outcome = Done | Again
 
 
 @dataclass(slots=True)
@@ -73,14 +84,6 @@ class CrawlStats:
     dead_letters: int = 0
     deferred: int = 0  # waiting tasks handed back to make room (not attempts)
     publish_retries: int = 0  # records published again in place after a failed publish
-
-
-@dataclass(frozen=True, slots=True)
-class Ownership:
-    """Which shard a task came from, and the fencing token of our ownership of it."""
-
-    shard: int
-    fence: int
 
 
 class TaskProcessor:
@@ -162,55 +165,74 @@ class TaskProcessor:
         seq = msg.metadata.sequence.stream
         deferrals = self._deferrals.get(seq, 0)
         attempt = max(1, (msg.metadata.num_delivered or 1) - deferrals)
-        started = time.time()
-        self._waits(seq, task.url, "robots.txt")
-        verdict = await self._telemetry.robots(self._robots.check(task.url))
-        if not verdict.allowed and verdict.reason == "unavailable":
-            why = f"robots.txt unavailable: {verdict.detail or 'no answer'}"
-            self._first_attempt(seq, started)
-            await self._failed(msg, task, owner, started, attempt, ROBOTS_UNAVAILABLE, why)
-            return
-        if not verdict.allowed:
-            self.stats.disallowed += 1
-            result = self._result(task, owner, started, attempt, "robots_disallowed", None, None)
-            await self._finish(msg, task, result, None)
-            return
+        a = Attempt(msg, task, owner, seq, attempt, deferrals, time.time())
+        await self._carry_out(a, await self._crawl(a, abandoned))
 
-        self._waits(seq, task.url, "host turn")
+    # ------------------------------------------------------------------ the steps
+
+    async def _crawl(self, a: Attempt, abandoned: asyncio.Event) -> Outcome:
+        """robots -> politeness -> fetch -> page: each step gives the next one what it needs,
+        or the task's outcome."""
+        verdict = await self._robots_step(a)
+        if not isinstance(verdict, RobotsVerdict):
+            return verdict
+        turn = await self._turn_step(a, verdict, abandoned)
+        if not isinstance(turn, Turn):
+            return turn
+        fetched, pause_s = await self._fetch_step(a, turn)
+        return await self._page_step(a, fetched, pause_s)
+
+    async def _robots_step(self, a: Attempt) -> RobotsVerdict | Outcome:
+        self._waits(a.seq, a.task.url, "robots.txt")
+        verdict = await self._telemetry.robots(self._robots.check(a.task.url))
+        if verdict.allowed:
+            return verdict
+        if verdict.reason == "unavailable":
+            self._first_attempt(a.seq, a.started)
+            why = f"robots.txt unavailable: {verdict.detail or 'no answer'}"
+            return self._failure(a, ROBOTS_UNAVAILABLE, why)
+        self.stats.disallowed += 1
+        return Done(self._result(a, "robots_disallowed", None, None))
+
+    async def _turn_step(
+        self, a: Attempt, verdict: RobotsVerdict, abandoned: asyncio.Event
+    ) -> Turn | Outcome:
+        self._waits(a.seq, a.task.url, "host turn")
         try:
             turn = await self._telemetry.politeness_wait(
                 self._politeness.turn(
-                    host_of(task.url),
+                    host_of(a.task.url),
                     verdict.crawl_delay_s,
-                    deferrable=deferrals < self._settings.max_deferrals,
+                    deferrable=a.deferrals < self._settings.max_deferrals,
                     unless=abandoned,
                 )
             )
         except asyncio.CancelledError:
             # A drain deadline passed while it waited: hand it back now, not after AckWait.
             with contextlib.suppress(NatsError):
-                await msg.nak()
+                await a.msg.nak()
             raise
         if turn is None:
-            await self._outbox.nak(msg)  # lease lost: the next owner takes it at once
-            return
+            return Again(0.0, "lease lost", AGAIN_AT_ONCE)  # the next owner takes it at once
         if isinstance(turn, Deferred):
-            self._remember_deferral(seq, deferrals + 1)
-            self._goes_away(seq, task.url, "handed back, host busy", turn.delay_s)
-            await self._outbox.nak(msg, delay=turn.delay_s)
-            self.stats.deferred += 1
-            return
-        self._waits(seq, task.url, "fetching")
-        self._first_attempt(seq, time.time())  # waiting for the host is no part of the budget
+            return Again(turn.delay_s, "handed back, host busy", AGAIN_HANDED_BACK)
+        return turn
+
+    async def _fetch_step(
+        self, a: Attempt, turn: Turn
+    ) -> tuple[Fetched | FetchError, float | None]:
+        """The response or the fetch error, and the host's pause (a 429/503 Retry-After)."""
+        self._waits(a.seq, a.task.url, "fetching")
+        self._first_attempt(a.seq, time.time())  # waiting for the host is no part of the budget
         pause_s = None
         try:
             conditional = {}
-            if task.gen and self._validators is not None:
-                conditional = await self._validators.conditional_headers(task.fp)
+            if a.task.gen and self._validators is not None:
+                conditional = await self._validators.conditional_headers(a.task.fp)
             response = await self._telemetry.get(
-                task.url,
+                a.task.url,
                 self._fetcher.fetch(
-                    task.url,
+                    a.task.url,
                     follow_redirects=self._settings.follow_redirects,
                     headers=conditional or None,
                 ),
@@ -221,31 +243,79 @@ class TaskProcessor:
                     time.time(),
                     self._settings.max_retry_after_s,
                 )
-            fetched: Fetched | FetchError = response
+            return response, pause_s
         except FetchError as e:
-            fetched = e
+            return e, pause_s
         finally:
             self._politeness.done(turn, pause_s=pause_s)
 
+    async def _page_step(
+        self, a: Attempt, fetched: Fetched | FetchError, pause_s: float | None
+    ) -> Outcome:
         if isinstance(fetched, FetchError):
-            await self._failed(msg, task, owner, started, attempt, fetched.kind, fetched.message)
-            return
+            return self._failure(a, fetched.kind, fetched.message)
         if retryable(status=fetched.status):
-            message = f"HTTP {fetched.status}"
-            await self._failed(
-                msg, task, owner, started, attempt, HTTP_STATUS, message, fetched, pause_s
-            )
-            return
+            return self._failure(a, HTTP_STATUS, f"HTTP {fetched.status}", fetched, pause_s)
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
             with self._telemetry.parse():
                 page = extract(fetched.body, fetched.final_url, fetched.charset, self._links)
         self.stats.fetched += 1
-        digest, ref = await self._keep_body(task, fetched) if fetched.body else (None, None)
-        result = self._result(
-            task, owner, started, attempt, "fetched", fetched, page, digest=digest, body_ref=ref
+        digest, ref = await self._keep_body(a.task, fetched) if fetched.body else (None, None)
+        result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)
+        return Done(result, self._discovered(a.task, fetched, page))
+
+    def _failure(
+        self,
+        a: Attempt,
+        kind: str,
+        message: str,
+        fetched: Fetched | None = None,
+        retry_after: float | None = None,
+    ) -> Outcome:
+        """Another attempt for a failure worth it while the URL's budget lasts; else the failure
+        is the task's result (with a dead letter to replay it, when the budget ran out)."""
+        status = fetched.status if fetched is not None else None
+        error_kind = kind if fetched is None else None
+        delay = retry_delay(
+            a.attempt,
+            self._backoff,
+            kind=error_kind,
+            status=status,
+            retry_after=retry_after,
+            spent_s=time.time() - self._first_tried.get(a.seq, a.started),
         )
-        await self._finish(msg, task, result, self._discovered(task, fetched, page))
+        if delay is not None:
+            return Again(delay, f"attempt {a.attempt + 1} after {kind}", AGAIN_RETRY)
+        self.stats.failed += 1
+        result = self._result(a, "failed", fetched, None)
+        result = dataclasses.replace(result, error=Failure(kind, message))
+        letter = None
+        if retryable(kind=error_kind, status=status):  # the budget ran out
+            letter = dead_letter(
+                a.msg,
+                STAGE_FETCH,
+                "retries_exhausted",
+                f"{kind}: {message} (attempt {a.attempt} of {self._backoff.max_attempts})",
+                max_bytes=self._settings.dead_original_max_bytes,
+            )
+        return Done(result, None, letter)
+
+    async def _carry_out(self, a: Attempt, outcome: Outcome) -> None:
+        """The outcome's I/O: store the records and ack, or hand the task back."""
+        if isinstance(outcome, Done):
+            await self._finish(a.msg, a.task, outcome.result, outcome.links, outcome.letter)
+            return
+        if outcome.kind == AGAIN_AT_ONCE:
+            await self._outbox.nak(a.msg)
+            return
+        self._goes_away(a.seq, a.task.url, outcome.why, outcome.delay_s)
+        if outcome.kind == AGAIN_HANDED_BACK:
+            self._remember_deferral(a.seq, a.deferrals + 1)
+            await self._outbox.nak(a.msg, delay=outcome.delay_s)
+            self.stats.deferred += 1
+        else:
+            await self._retry(a.msg, outcome.delay_s)
 
     async def _keep_body(self, task: Task, fetched: Fetched) -> tuple[str, str | None]:
         """The body's digest always; the body itself when kept (its reference); validators for
@@ -256,49 +326,6 @@ class TaskProcessor:
             return payload_digest(fetched.body), None
         ref, digest = await self._bodies.put(task.fp, fetched.body)
         return digest, ref
-
-    async def _failed(
-        self,
-        msg: Msg,
-        task: Task,
-        owner: Ownership,
-        started: float,
-        attempt: int,
-        kind: str,
-        message: str,
-        fetched: Fetched | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        """Retry a failure worth it while attempts remain; else it is the task's result."""
-        status = fetched.status if fetched is not None else None
-        error_kind = kind if fetched is None else None
-        seq = msg.metadata.sequence.stream
-        spent_s = time.time() - self._first_tried.get(seq, started)
-        delay = retry_delay(
-            attempt,
-            self._backoff,
-            kind=error_kind,
-            status=status,
-            retry_after=retry_after,
-            spent_s=spent_s,
-        )
-        if delay is not None:
-            self._goes_away(seq, task.url, f"attempt {attempt + 1} after {kind}", delay)
-            await self._retry(msg, delay)
-            return
-        self.stats.failed += 1
-        result = self._result(task, owner, started, attempt, "failed", fetched, None)
-        result = dataclasses.replace(result, error=Failure(kind, message))
-        letter = None
-        if retryable(kind=error_kind, status=status):  # the attempts ran out
-            letter = dead_letter(
-                msg,
-                STAGE_FETCH,
-                "retries_exhausted",
-                f"{kind}: {message} (attempt {attempt} of {self._backoff.max_attempts})",
-                max_bytes=self._settings.dead_original_max_bytes,
-            )
-        await self._finish(msg, task, result, None, letter)
 
     def _first_attempt(self, seq: int, now: float) -> None:
         if seq not in self._first_tried:
@@ -357,10 +384,7 @@ class TaskProcessor:
 
     def _result(
         self,
-        task: Task,
-        owner: Ownership,
-        started: float,
-        attempt: int,
+        a: Attempt,
         outcome: str,
         fetched: Fetched | None,
         page: Page | None,
@@ -368,6 +392,7 @@ class TaskProcessor:
         digest: str | None = None,
         body_ref: str | None = None,
     ) -> Result:
+        task, started = a.task, a.started
         return Result(
             url=task.url,
             fp=task.fp,
@@ -384,10 +409,10 @@ class TaskProcessor:
             outlinks=len(page.links) if page else 0,
             fetched_at=fetched.fetched_at if fetched else started,
             elapsed_ms=fetched.elapsed_ms if fetched else (time.time() - started) * 1000,
-            shard=owner.shard,
-            fence=owner.fence,
+            shard=a.owner.shard,
+            fence=a.owner.fence,
             worker=self._worker_id,
-            attempt=attempt,
+            attempt=a.attempt,
             redirect_to=fetched.location if fetched else None,
             charset=fetched.charset if fetched else None,
             headers=fetched.headers if fetched else {},  # KEPT_HEADERS: lowercase already

@@ -36,9 +36,10 @@ from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.capacity import Capacity
-from jetcrawl.worker.crawl import CrawlStats, Ownership, TaskProcessor
+from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.keepalive import KeepAlive
+from jetcrawl.worker.outcome import Ownership
 from jetcrawl.worker.politeness import Politeness
 from jetcrawl.worker.report import Reporter, wall_time
 from jetcrawl.worker.robots import Robots

@@ -22,8 +22,8 @@ from nats.js import JetStreamContext
 from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from jetcrawl.worker.capacity import Capacity
-from jetcrawl.worker.crawl import Ownership
 from jetcrawl.worker.keepalive import KeepAlive
+from jetcrawl.worker.outcome import Ownership
 
 log = logging.getLogger(__name__)
 
