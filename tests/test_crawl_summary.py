@@ -4,7 +4,9 @@ with the fix where a flag is one; a crawl that fetched nothing exits 1 (issue 24
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import pty
 import sys
 from pathlib import Path
 
@@ -142,3 +144,42 @@ async def test_a_dripping_server_costs_the_urls_budget_and_the_tail_says_so(
     assert (record.outcome, record.attempt, len(drips)) == ("failed", attempts, attempts)
     assert record.error is not None and record.error.kind == "timeout"
     assert f"  {site.url('/drip.html')}  fetching for" in "\n".join(err), "the tail said why"
+
+
+async def test_a_name_that_does_not_resolve_is_said_by_its_name(tmp_path: Path) -> None:
+    # robots.txt is read first: its failure says why, and the URL's budget (3 attempts) ends it.
+    code, out, err = await crawl(
+        tmp_path, "http://jetcrawl.invalid/", "--set", "retry_base_delay_s=0.1"
+    )
+    assert code == 1, (out, err)
+    [cause] = [line for line in out if line.startswith("  robots_unavailable 1: ")]
+    assert "http://jetcrawl.invalid/: robots.txt unavailable: dns: " in cause, cause
+    assert err[-1].startswith("jetcrawl: no page was fetched: robots_unavailable 1: "), err
+
+
+async def test_on_a_terminal_the_progress_is_a_live_panel(tmp_path: Path) -> None:
+    reader, writer = pty.openpty()  # the crawl's stderr is a terminal
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")}
+    async with BadSite(host="127.0.0.2") as site:
+        site.add("/", "<title>home</title><a href='/a'>a</a>")
+        site.add("/a", "<title>a</title>")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "jetcrawl", "crawl", site.url("/"), "--workers", "1"),
+            *("--allow-net", "127.0.0.0/8", "--set", "shards=2", "--set", "host_delay_s=0"),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=writer,
+            env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "120"},
+        )
+        os.close(writer)
+        async with asyncio.timeout(120):
+            await proc.wait()
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the other end is closed and read
+        while chunk := os.read(reader, 65536):
+            shown += chunk
+    os.close(reader)
+    assert proc.returncode == 0
+    text = shown.decode(errors="replace")
+    assert "pages 2  rate" in text, text
+    assert "progress:" not in text, "a panel, not log lines"
