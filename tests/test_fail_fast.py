@@ -4,10 +4,11 @@ cost one line naming the cause and exit status 2, before anything is started (is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,24 +28,27 @@ from tests.support.streams import eventually
 GIVE_UP_S = "2"
 
 
-async def jetcrawl(*argv: str, within_s: float = 60) -> tuple[int, list[str]]:
-    """Run ``jetcrawl ARGV``; its exit status and its standard error lines."""
+@contextlib.asynccontextmanager
+async def running(argv: Sequence[str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``jetcrawl ARGV`` (stderr piped), killed on the way out if it still runs."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "jetcrawl",
-        *argv,
+        *(sys.executable, "-m", "jetcrawl", *argv),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         env={k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
     )
     try:
-        async with asyncio.timeout(within_s):
-            _, err = await proc.communicate()
+        yield proc
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def jetcrawl(*argv: str, within_s: float = 60) -> tuple[int, list[str]]:
+    """Run ``jetcrawl ARGV``; its exit status and its standard error lines."""
+    async with running(argv) as proc, asyncio.timeout(within_s):
+        _, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, err.decode().splitlines()
 
@@ -142,25 +146,13 @@ async def interrupted(
 ) -> int:
     """Start ``jetcrawl ARGV``, send ``sig`` once ``after()`` returns; its exit status, which
     must come within the stop grace (and a margin for a loaded machine)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "jetcrawl",
-        *argv,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if not k.startswith("JETCRAWL_")},
-    )
-    try:
+    async with running(argv) as proc:
         await after()
         assert proc.returncode is None, "still running when signalled"
         proc.send_signal(sig)
         async with asyncio.timeout(STOP_GRACE_S + 3):
+            await proc.communicate()
             return await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
