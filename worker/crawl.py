@@ -144,8 +144,12 @@ class TaskProcessor:
     def waiting_on(self, at_most: int) -> tuple[WaitingOn, ...]:
         """The tasks that have waited longest: held here, or handed back and not yet due."""
         now = time.time()
-        away = [w for w in self._away.values() if w.due is None or w.due > now]
-        return tuple(heapq.nsmallest(at_most, [*self._holding.values(), *away], key=_since))
+        # Past due, a task is JetStream's again (redelivered here or to the next owner): forget.
+        self._away = OrderedDict(
+            (seq, w) for seq, w in self._away.items() if w.due is None or w.due > now
+        )
+        waits = [*self._holding.values(), *self._away.values()]
+        return tuple(heapq.nsmallest(at_most, waits, key=_since))
 
     def _waits(self, seq: int, url: str, why: str) -> None:
         self._holding[seq] = WaitingOn(url, why, time.time())
