@@ -9,12 +9,15 @@ default).
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import orjson
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -24,15 +27,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DISCOVERED, SEEDS, TASKS_STREAM
+from jetcrawl.contract.topology import DISCOVERED, SEEDS, TASKS_STREAM, task_subject
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import EtcdServer, NatsServer
 from jetcrawl.otel import Tracing, remote_span_context
+from jetcrawl.plumbing.logs import JsonFormatter
 from tests.support.mesh import Mesh
 from tests.support.otlp import OtlpReceiver, ReceivedLink, ReceivedSpan
 from tests.support.site import MultiHostSite
-from tests.support.streams import stored
+from tests.support.streams import eventually, stored
 
 DISPATCHER = "jetcrawl-dispatcher"
 WORKER = "jetcrawl-worker"
@@ -245,3 +249,50 @@ async def test_trace_continue_depth_says_which_tasks_start_a_trace_of_their_own(
         task = Task.from_wire(m.data)
         carried = remote_span_context(m.headers)
         assert carried is not None and carried.span_id == publishes[task.depth].context.span_id
+
+
+async def test_json_log_lines_carry_the_trace_of_the_task_they_were_written_in(
+    nats_server: NatsServer,
+    etcd_server: EtcdServer,
+    tmp_path: Path,
+    receiver: OtlpReceiver,
+    js: JetStreamContext,
+) -> None:
+    # A task nobody can read, sent inside a trace of ours: the worker dead-letters it inside
+    # the task's span, and its JSON log line about it carries our trace id.
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with Mesh(nats_server.url, etcd_server.url, tmp_path) as mesh:
+        worker = await mesh.start("worker", "w1", JETCRAWL_LOG_FORMAT="json", **receiver.env())
+        await mesh.wait_ownership({"w1"})
+        headers = {"traceparent": f"00-{trace_id}-{parent_id}-01"}
+        await js.publish(task_subject(0), b"this is no task", headers=headers)
+
+        def said() -> list[dict[str, object]]:
+            lines = [
+                orjson.loads(line) for line in worker.log().splitlines() if line.startswith("{")
+            ]
+            return [line for line in lines if "dead-lettered task" in str(line["message"])]
+
+        async def dead_lettered() -> bool:
+            return bool(said())
+
+        await eventually(dead_lettered)
+        [line] = said()
+    assert (line["trace_id"], line["service"], line["instance"]) == (trace_id, "worker", "w1")
+    assert isinstance(line["span_id"], str) and len(line["span_id"]) == 16
+    assert line["level"] == "WARNING" and line["logger"] == "jetcrawl.worker.crawl"
+    every = [orjson.loads(text) for text in worker.log().splitlines() if text.strip()]
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in every)
+
+
+def test_a_json_line_outside_any_span_has_no_trace_and_an_exception_has_its_traceback() -> None:
+    formatter = JsonFormatter()
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.getLogger("x").makeRecord(
+            "x", logging.ERROR, __file__, 1, "it failed: %s", ("here",), sys.exc_info()
+        )
+    line = orjson.loads(formatter.format(record))
+    assert line["message"] == "it failed: here" and "trace_id" not in line
+    assert "ValueError: boom" in line["exception"]

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jetcrawl", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"jetcrawl {__version__}")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="log lines as text (default) or JSON objects with trace ids (JETCRAWL_LOG_FORMAT)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("topology", help="print stream and consumer definitions as JSON")

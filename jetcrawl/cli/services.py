@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from jetcrawl import __version__
 from jetcrawl.cli.runtime import on_signals, tune_gc
 from jetcrawl.contract.settings import Settings
+from jetcrawl.plumbing.logs import set_service
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -31,6 +32,7 @@ async def run_dispatcher(settings: Settings) -> None:
     tune_gc()
 
     instance = default_worker_id()
+    set_service("dispatcher", instance)
     tracing = setup_tracing(DISPATCHER_SERVICE, instance, __version__)
     metrics = DispatcherMetrics(DISPATCHER_SERVICE, __version__, instance)
     readiness = Readiness()
@@ -59,6 +61,7 @@ async def run_worker(settings: Settings) -> None:
     tune_gc()
 
     worker_id = settings.worker_id or default_worker_id()
+    set_service("worker", worker_id)
     tracing = setup_tracing(WORKER_SERVICE, worker_id, __version__)
     # Pages are counted and timed only for a /metrics that someone can read.
     metrics = (

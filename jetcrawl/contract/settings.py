@@ -161,6 +161,9 @@ class Settings:
     links_linger_s: float = 0.02
 
     # --- observability
+    # Log lines: "text", or "json" (one object a line, with the trace and span ids of the
+    # current span: jetcrawl/plumbing/logs.py).
+    log_format: str = "text"
     metrics_port: int = 0  # 0: no HTTP endpoint (/metrics, /healthz, /readyz)
     # A worker writes its waiting room and hand-backs to KV crawl_workers this often, for
     # `jetcrawl status` (a report is gone a minute after its worker stopped); 0: never.
@@ -221,6 +224,8 @@ class Settings:
             )
         if self.trace_continue_depth < -1:
             raise SettingsError("trace_continue_depth", "must be >= -1")
+        if self.log_format not in ("text", "json"):
+            raise SettingsError("log_format", f"must be text or json, got {self.log_format!r}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError("metrics_port", f"must be a TCP port or 0, got {self.metrics_port}")
 
