@@ -9,4 +9,6 @@ procfs    what Linux /proc says of a process
 scrape    Prometheus scrapes and probes of the services' metrics and health ports
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
+tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
+faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment
 """
