@@ -5,6 +5,7 @@ backoff.py      the one retry backoff, and the one wait that a stop cuts short
 deadletters.py  dead letters built from the message given up on, and published
 bus.py          connecting to NATS, and the outbox that pipelines publishes and acks
 pull.py         the pull request loop over nats-py
+logs.py         log lines as text, or JSON objects with the current trace and span
 metrics.py      Prometheus metrics of the dispatcher and the worker
 health.py       readiness checks (NATS, etcd) for ``/readyz``
 endpoint.py     the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``
