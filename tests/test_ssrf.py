@@ -46,6 +46,14 @@ async def blocked(fetcher: Fetcher, url: str, follow_redirects: bool = True) -> 
         ("0.0.0.0", "unspecified"),
         ("100.64.0.1", "not_global"),
         ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
+        ("2002:7f00:1::1", "loopback"),  # 6to4 of 127.0.0.1 (issue 30)
+        ("2002:a9fe:a9fe::1", "link_local"),  # 6to4 of 169.254.169.254, the metadata address
+        ("2002:c0a8:1::1", "private"),  # 6to4 of 192.168.0.1
+        ("2002:808:808::1", None),  # 6to4 of a public address
+        ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+        ("64:ff9b:1::a00:1", "not_global"),  # local-use NAT64 (RFC 8215)
+        ("::127.0.0.1", "loopback"),  # IPv4-compatible
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "private"),  # Teredo
         ("93.184.215.14", None),
         ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", None),
     ],
@@ -59,6 +67,8 @@ def test_allow_nets_open_ranges_but_never_the_mesh_endpoints() -> None:
     assert guard.check("127.0.0.5", 80) is None
     assert guard.check("10.9.9.9", 443) is None
     assert guard.check("192.168.0.1", 80) == "private"
+    assert guard.check("2002:7f00:1::1", 80) is None, "6to4 of an allowed address"
+    assert guard.check("2002:c0a8:1::1", 80) == "private", "6to4 of a refused one"
 
 
 async def test_the_mesh_endpoints_are_refused_even_inside_allow_nets(
