@@ -70,6 +70,7 @@ from jetcrawl.local.embedded import (
     nats_server_binary,
 )
 from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.plumbing.bus import inbox_prefix
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
 from tests.support.mesh import Service
@@ -466,6 +467,7 @@ async def connect_as(
         server.url,
         user=user,
         password=os.environ[f"NATS_{user.upper()}_PASSWORD"],
+        inbox_prefix=inbox_prefix(Settings(nats_user=user)),  # as the services connect
         allow_reconnect=False,
         error_cb=on_error,
     )
@@ -533,6 +535,33 @@ async def test_seeder_may_only_publish_seeds_and_a_worker_may_not_delete_a_strea
             assert (await js.stream_info(FRONTIER_STREAM)).state.messages == 1
         finally:
             for client in (seeder, worker, admin):
+                await client.close()
+
+
+async def test_a_service_user_reads_only_its_own_replies(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    # A worker parses hostile pages: it must not read the dispatcher's replies (its pulled
+    # frontier messages, its publish acks), nor the common inbox, nor publish seeds.
+    async with compose_nats(tmp_path / "nats") as server:
+        await apply_topology(server, Settings(nats_url=server.url, shards=4))
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker", errors)
+        dispatcher = await connect_as(server, "dispatcher")
+        try:
+            info = await worker.jetstream().stream_info(TASKS_STREAM)  # its own replies: fine
+            assert info.config.name == TASKS_STREAM
+            await dispatcher.jetstream().stream_info(TASKS_STREAM)
+            for inbox in ("_INBOX_dispatcher.>", "_INBOX.>", ">"):
+                await worker.subscribe(inbox)
+                await refused(errors, f'subscription to "{inbox}"')
+            await worker.publish(SEEDS, b"https://example.com/")
+            await refused(errors, f'publish to "{SEEDS}"')
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).purge_stream(TASKS_STREAM)
+            await refused(errors, f'publish to "$JS.API.STREAM.PURGE.{TASKS_STREAM}"')
+        finally:
+            for client in (worker, dispatcher):
                 await client.close()
 
 

@@ -95,6 +95,7 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
             nc = await nats.connect(
                 servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
                 name=name,
+                inbox_prefix=inbox_prefix(settings),
                 user=settings.nats_user or None,
                 password=str(settings.nats_password) or None,
                 connect_timeout=max(1, round(timeout_s)),
@@ -118,6 +119,12 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
             nc.options["max_reconnect_attempts"] = -1  # connected: from now on, as a service
         client.append(nc)
         return nc
+
+
+def inbox_prefix(settings: Settings) -> str:
+    """Where this client's replies come: ``_INBOX_<user>`` for a NATS user, so that each user
+    may subscribe to its own replies only (nats/accounts.conf); nats-py's default without one."""
+    return f"_INBOX_{settings.nats_user}" if settings.nats_user else "_INBOX"
 
 
 def _cause(failures: list[Exception]) -> str:
