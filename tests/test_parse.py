@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
-from jetcrawl.worker.parse import Page, extract
+from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, MAX_DEPTH, Page, extract
 
 PAGE = "https://example.com/dir/page.html"
 RULES = UrlRules()
@@ -172,3 +172,22 @@ def test_tag_soup_never_raises(html: str) -> None:
     assert len(set(page.links)) == len(page.links)
     for link in page.links:
         assert RULES.canonicalize(link) == link
+
+
+def test_a_page_nested_past_the_depth_cap_is_read_up_to_it() -> None:
+    # lexbor's time grows with the square of the depth: a hundred thousand nested elements
+    # would hold a worker for many seconds. The page is read up to MAX_DEPTH, as browsers cap it.
+    depth = 100_000
+    html = b"<title>deep</title><a href='/before'>b</a>" + b"<div>" * depth
+    html += b"<a href='/inside'>i</a>" + b"</div>" * depth + b"<a href='/after'>a</a>"
+    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()))
+    assert page.cut_at_depth
+    assert (page.title, page.links) == ("deep", ("http://a.test/before",))
+
+
+def test_many_tags_but_shallow_is_read_whole() -> None:
+    html = b"".join(b"<p><a href='/p%d'>x</a><br></p>" % n for n in range(DEPTH_SCAN_TAGS))
+    html += b"<div>" * (MAX_DEPTH - 1) + b"<a href='/last'>l</a>"
+    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()))
+    assert not page.cut_at_depth
+    assert len(page.links) == DEPTH_SCAN_TAGS + 1 and page.links[-1] == "http://a.test/last"

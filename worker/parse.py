@@ -12,11 +12,18 @@ The bytes are decoded by the HTTP charset when it names a codec Python knows (th
 puts the transport's charset above a ``<meta>`` declaration); otherwise lexbor detects the
 encoding (byte-order mark, then ``<meta charset>``), falling back to UTF-8. Undecodable bytes
 become U+FFFD. No input makes ``extract`` raise.
+
+lexbor builds a tree in time that grows with the square of its depth: a hostile page of a
+hundred thousand nested elements would hold a worker for many seconds. A page with very many
+tags (``DEPTH_SCAN_TAGS``; an ordinary page has far fewer, and pays one byte count) is scanned
+for its nesting first and read only up to where it passes ``MAX_DEPTH`` elements, as browsers
+cap a tree's depth; its ``Page`` says so (``cut_at_depth``).
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +36,11 @@ from jetcrawl.contract.urls import LinkCanonicalizer
 __all__ = ["Page", "extract"]
 
 _LINKS = "a[href], area[href]"
+MAX_DEPTH = 2_048  # elements open at once, beyond which a page is read no further
+DEPTH_SCAN_TAGS = 20_000  # "<" bytes in a page above which its depth is checked
+_TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*?(/?)>")
+# Elements that never hold others: they open and close at once.
+_VOID = frozenset(b"area base br col embed hr img input link meta param source track wbr".split())
 _UTF8 = "utf-8"
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 # The HTML standard reads these labels as windows-1252 (which Python's latin-1 is not in 0x80-0x9F).
@@ -44,10 +56,14 @@ class Page:
     title: str | None  # the first <title>'s text, whitespace collapsed; None if absent or blank
     links: tuple[str, ...]  # canonical, unique, in document order, without the page's own URL
     invalid_links: int  # hrefs that do not canonicalize (mailto:, javascript:, garbage)
+    cut_at_depth: bool = False  # nested deeper than MAX_DEPTH: read up to there only
 
 
 def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCanonicalizer) -> Page:
     """The title and outlinks of the HTML page ``html`` fetched from ``page_url`` (canonical)."""
+    cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := _depth_end(html)) is not None
+    if cut:
+        html = html[:end]
     tree = _parse(html, charset)
 
     base = page_url
@@ -82,7 +98,22 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
     titles = tree.tags("title")
     if titles:
         title = " ".join(titles[0].text(deep=True).split()) or None
-    return Page(title=title, links=tuple(links), invalid_links=invalid)
+    return Page(title=title, links=tuple(links), invalid_links=invalid, cut_at_depth=cut)
+
+
+def _depth_end(html: bytes) -> int | None:
+    """Where ``html`` first has more than ``MAX_DEPTH`` elements open, or None. An estimate of
+    the HTML tree's depth from its tags (void and self-closed ones do not nest; a closing tag
+    closes one), which is all the guard needs: hostile nesting is never subtle."""
+    depth = 0
+    for tag in _TAG.finditer(html):
+        if tag[1]:
+            depth = max(0, depth - 1)
+        elif not tag[3] and tag[2].lower() not in _VOID:
+            depth += 1
+            if depth > MAX_DEPTH:
+                return tag.start()
+    return None
 
 
 def _parse(html: bytes, charset: str | None) -> LexborHTMLParser:
