@@ -6,6 +6,7 @@ ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
 otlp      a local OTLP/HTTP receiver standing in for Jaeger
 procfs    what Linux /proc says of a process
+prometheus  a real Prometheus scraping given ports, answering PromQL over its HTTP API
 scrape    Prometheus scrapes and probes of the services' metrics and health ports
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
