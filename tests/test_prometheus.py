@@ -11,7 +11,7 @@ import pytest
 
 from jetcrawl.local.embedded import EmbeddedServerError, EtcdServer, NatsServer
 from jetcrawl.plumbing.metrics import status_class
-from tests.support import prometheus
+from tests.support import tools
 from tests.support.mesh import Mesh
 from tests.support.prometheus import RATE_RANGE, Prometheus, QueryError
 from tests.support.scrape import free_port
@@ -30,8 +30,7 @@ MAX_RATE = HOSTS / HOST_DELAY_S
 
 @pytest.fixture(autouse=True)
 def _prometheus_installed() -> None:
-    if prometheus.binary() is None:
-        pytest.skip("no prometheus binary on PATH (apt-get install prometheus, as .ci/run does)")
+    tools.require("prometheus", "the live scrape tests")
 
 
 @pytest.fixture
