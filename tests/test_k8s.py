@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -25,7 +26,8 @@ import yaml
 
 from jetcrawl.cli import build_parser
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
-from tests.test_deploy import DOCKERFILE, PASSWORD_VARIABLES, compose_environment
+from jetcrawl.local.embedded import etcd_binary, nats_server_binary
+from tests.test_deploy import DOCKERFILE, PASSWORD_VARIABLES, SERVICES, compose_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -476,3 +478,55 @@ def test_network_policies_let_the_services_reach_their_servers_and_workers_only_
         ("UDP", 53),
         ("TCP", 53),
     }
+
+
+# ---------------------------------------------------------------- the servers' own flags
+
+
+def test_the_servers_run_compose_images_with_flags_they_know(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """nats-server and etcd are the ones tests/test_deploy.py checks against the local
+    binaries (same images as compose); here those binaries take the manifests' own flags."""
+    objects = render("prod")
+    images = {
+        c["name"]: c["image"]
+        for _, spec in pod_specs(objects)
+        for c in spec["containers"]
+        if not JETCRAWL_IMAGE.match(c["image"])
+    }
+    assert images == {
+        "nats": SERVICES["nats"]["image"],
+        "exporter": SERVICES["nats-exporter"]["image"],
+        "etcd": SERVICES["etcd"]["image"],
+    }
+    # nats-server: the StatefulSet's arguments, its config from nats/, a password per user.
+    nats = find(objects, "StatefulSet", "nats")["spec"]["template"]["spec"]["containers"][0]
+    monkeypatch.setenv("NATS_SERVER_NAME", "nats-0")
+    for variable in PASSWORD_VARIABLES:
+        monkeypatch.setenv(variable, f"p{secrets.token_hex(8)}")
+    args = [
+        a.replace("/etc/nats/", f"{ROOT / 'nats'}/").replace("/data/", f"{tmp_path}/")
+        for a in nats["args"]
+    ]
+    out = subprocess.run(
+        [nats_server_binary(), *args, "-t"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0 and " is valid " in out.stderr, out.stdout + out.stderr
+    bad = subprocess.run(
+        [nats_server_binary(), *args, "--routez=x", "-t"], capture_output=True, text=True
+    )
+    assert " is valid " not in bad.stderr, "an unknown flag prints the usage (and exits 0)"
+    [pre_stop] = [nats["lifecycle"]["preStop"]["exec"]["command"]]
+    assert pre_stop[:2] == ["nats-server", "--signal"]
+    signal = subprocess.run(  # the syntax is nats-server's: only the process is missing here
+        [nats_server_binary(), "--signal", pre_stop[2].replace("=1", "=999999")],
+        capture_output=True,
+        text=True,
+    )
+    assert "no such process" in signal.stderr, signal.stderr
+    # etcd: every flag of the StatefulSet's command is in etcd's help.
+    etcd = find(objects, "StatefulSet", "etcd")["spec"]["template"]["spec"]["containers"][0]
+    help_ = subprocess.run([etcd_binary(), "--help"], capture_output=True, text=True)
+    for flag in etcd["command"][1:]:
+        assert f"\n  {flag.split('=')[0]} " in help_.stdout + help_.stderr, flag
