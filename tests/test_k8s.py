@@ -14,19 +14,20 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
-import shutil
 import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from jetcrawl.cli import build_parser
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 from jetcrawl.local.embedded import etcd_binary, nats_server_binary
+from tests.support import tools
 from tests.test_deploy import DOCKERFILE, PASSWORD_VARIABLES, SERVICES, compose_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,9 +43,7 @@ Object = dict[str, Any]
 
 @cache
 def render(overlay: str) -> tuple[Object, ...]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed (it renders the kustomize overlays)")
+    kubectl = tools.require("kubectl", "it renders the kustomize overlays")
     out = subprocess.run(
         [kubectl, "kustomize", str(K8S / "overlays" / overlay)],
         capture_output=True,
@@ -98,7 +97,6 @@ def port_number(container: Object, port: int | str) -> int:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_rendered_object_is_valid_against_the_kubernetes_schemas(overlay: str) -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     crds = []
     for o in render(overlay):
         if o["apiVersion"].startswith("keda.sh/"):

@@ -27,6 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from jetcrawl.local.embedded import EtcdServer, NatsServer
+from tests.support import tools
 from tests.support.mesh import Mesh
 from tests.support.scrape import free_port, probe
 from tests.support.site import MultiHostSite
@@ -51,9 +52,7 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), 
 
 
 def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    tool = shutil.which("promtool")
-    if tool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+    tool = tools.require("promtool", "Debian package prometheus")
     return subprocess.run([tool, *map(str, args)], capture_output=True, text=True, check=False)
 
 
