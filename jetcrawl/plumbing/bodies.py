@@ -5,16 +5,33 @@ that finds the same content stores nothing new, and a result record carries only
 object store chunks what it stores, so no NATS message exceeds the server's max payload whatever
 the page size. Bodies are stored gzip-compressed (level 6): nats-server's S2 stream compression
 only compresses sealed blocks, so it does little for a bucket that is mostly its active block.
+
+Objects are written in nats-py's object store format (chunks on ``$O.<bucket>.C.<nuid>``, then
+the meta message with a rollup on ``$O.<bucket>.M.<name>``) by :func:`_put`, not by
+``ObjectStore.put``: that one purges chunks (a failed put's, or a raced put's old ones), and a
+worker, the process that parses hostile pages, may purge no stream. A failed put leaves its
+chunks behind: bytes on disk, never a wrong body, since only a meta message names chunks.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import json
+from datetime import UTC, datetime
 
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
-from nats.js.object_store import ObjectStore
+from nats.js.kv import MSG_ROLLUP_SUBJECT
+from nats.js.object_store import (
+    OBJ_CHUNKS_PRE_TEMPLATE,
+    OBJ_DEFAULT_CHUNK_SIZE,
+    OBJ_DIGEST_TEMPLATE,
+    OBJ_META_PRE_TEMPLATE,
+    ObjectStore,
+)
+from nats.nuid import NUID
 
 from jetcrawl.contract.errors import JetcrawlError
 from jetcrawl.contract.topology import BODIES_BUCKET
@@ -51,12 +68,14 @@ def body_ref(fp: str, digest: str) -> str:
 
 
 class BodyStore:
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, js: JetStreamContext, store: ObjectStore) -> None:
+        self._js = js
         self._store = store
+        self._nuid = NUID()
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> BodyStore:
-        return cls(await js.object_store(BODIES_BUCKET))
+        return cls(js, await js.object_store(BODIES_BUCKET))
 
     async def put(self, fp: str, body: bytes) -> tuple[str, str]:
         """Store ``body`` unless the same content is there already; ``(ref, digest)``."""
@@ -65,8 +84,36 @@ class BodyStore:
         try:
             await self._store.get_info(ref)
         except NotFoundError:
-            await self._store.put(ref, gzip.compress(body, compresslevel=6))
+            await self._put(ref, gzip.compress(body, compresslevel=6))
         return ref, digest
+
+    async def _put(self, name: str, data: bytes) -> None:
+        """``data`` as the object ``name``, as ``ObjectStore.put`` writes it, without purging."""
+        nuid = self._nuid.next().decode()
+        chunks = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=BODIES_BUCKET, obj=nuid)
+        size = OBJ_DEFAULT_CHUNK_SIZE
+        for start in range(0, len(data), size):
+            await self._js.publish(chunks, data[start : start + size])
+        info = api.ObjectInfo(
+            name=name,
+            bucket=BODIES_BUCKET,
+            nuid=nuid,
+            size=len(data),
+            chunks=-(-len(data) // size),
+            mtime=datetime.now(UTC).isoformat(),
+            digest=OBJ_DIGEST_TEMPLATE.format(
+                digest=base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+            ),
+            options=api.ObjectMetaOptions(max_chunk_size=size),
+        )
+        meta = OBJ_META_PRE_TEMPLATE.format(
+            bucket=BODIES_BUCKET, obj=base64.urlsafe_b64encode(name.encode()).decode()
+        )
+        await self._js.publish(
+            meta,
+            json.dumps(info.as_dict()).encode(),
+            headers={api.Header.ROLLUP: MSG_ROLLUP_SUBJECT},
+        )
 
     async def get(self, ref: str) -> bytes:
         try:
