@@ -29,6 +29,7 @@ SEEDS = "crawl.seeds"
 DISCOVERED = "crawl.discovered"
 TASKS_PREFIX = "crawl.tasks."
 RESULTS_PREFIX = "crawl.results."
+ITEMS_PREFIX = "crawl.items."
 DEAD_PREFIX = "crawl.dead."
 # What nats-server publishes when a consumer gives up on a message (MaxDeliver reached): a task
 # consumer (a poison task), or the dispatchers' intake (a frontier message it could not admit).
@@ -41,6 +42,7 @@ MAX_DELIVERIES_ADVISORIES = (
 FRONTIER_STREAM = "CRAWL_FRONTIER"
 TASKS_STREAM = "CRAWL_TASKS"
 RESULTS_STREAM = "CRAWL_RESULTS"
+ITEMS_STREAM = "CRAWL_ITEMS"
 DEAD_STREAM = "CRAWL_DEAD"
 ADVISORIES_STREAM = "CRAWL_ADVISORIES"
 DISPATCH_CONSUMER = "dispatch"
@@ -55,6 +57,9 @@ VALIDATORS_BUCKET = "crawl_validators"
 VALIDATORS_STREAM = f"KV_{VALIDATORS_BUCKET}"
 BODIES_BUCKET = "crawl_bodies"
 WORKERS_BUCKET = "crawl_workers"
+SPECS_BUCKET = "crawl_specs"
+SPECS_STREAM = f"KV_{SPECS_BUCKET}"
+SPEC_VERSIONS_KEPT = 64  # versions of one job spec kept in KV, for `jetcrawl job diff`
 WORKERS_STREAM = f"KV_{WORKERS_BUCKET}"
 WORKER_REPORTS_MAX_AGE_S = 60.0  # a stopped worker's last report is gone after this
 BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
@@ -69,6 +74,10 @@ def task_subject(shard: int) -> str:
 
 def result_subject(shard: int) -> str:
     return f"{RESULTS_PREFIX}{shard}"
+
+
+def item_subject(job: str) -> str:
+    return f"{ITEMS_PREFIX}{job}"
 
 
 def dead_subject(stage: str) -> str:
@@ -120,6 +129,9 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
         (RESULTS_STREAM, [f"{RESULTS_PREFIX}*"], limits,
          "one result record per crawled task",
          dedupe),
+        (ITEMS_STREAM, [f"{ITEMS_PREFIX}*"], limits,
+         "items extracted from pages, per job on crawl.items.<job>",
+         dedupe),
         (DEAD_STREAM, [f"{DEAD_PREFIX}>"], limits,
          "dead letters: rejected input and exhausted retries, with reasons",
          dedupe),
@@ -136,6 +148,8 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
          f"object store {BODIES_BUCKET}: page bodies by fingerprint and digest",
          _OBJECT_STORE),
         _kv(JOBS_BUCKET, "per-job and per-host admission counters"),
+        _kv(SPECS_BUCKET, "job name -> its spec, versions kept",
+            max_msgs_per_subject=SPEC_VERSIONS_KEPT),
         _kv(WORKERS_BUCKET, "worker id -> its latest report (waiting room, hand-backs)",
             max_age=WORKER_REPORTS_MAX_AGE_S),
     )  # fmt: skip
