@@ -7,6 +7,7 @@ JetcrawlError
 │   └── TopologyUnavailable JetStream cannot apply it yet (no leader, too few peers): retry
 ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
 ├── UrlError               a URL is rejected by the URL rules (carries the reason)
+├── SpecError              a job spec is invalid at one place (carries the field's path)
 └── UsageError             a command's input is wrong: said in one line before anything starts
 """
 
@@ -69,4 +70,14 @@ class UsageError(JetcrawlError):
     def __init__(self, what: str, problem: str) -> None:
         super().__init__(f"{what}: {problem}")
         self.what = what
+        self.problem = problem
+
+
+class SpecError(JetcrawlError):
+    """A job spec is refused: ``path`` names the field (``extract.rules[2].fields.price.css``),
+    ``problem`` says what is wrong with it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
         self.problem = problem
