@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import SplitResult, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import nats
 import pytest
@@ -18,7 +18,6 @@ from jetcrawl.contract.urls import (
     DEFAULT_TRACKING,
     LinkCanonicalizer,
     UrlRules,
-    _split,
     canonicalize,
     fingerprint,
     fnv1a_32,
@@ -67,6 +66,23 @@ REASONS = {"invalid", "unsupported_scheme", "userinfo", "too_long", "no_host", "
         # IP literals
         ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/"),
         ("http://[2001:DB8:0:0::1]:80/", "http://[2001:db8::1]/"),
+        # IPv4 in hex, octal and short forms: dotted quads (the SSRF guard judges them after)
+        ("http://127.1/", "http://127.0.0.1/"),
+        ("http://0x7f.0.0.1/", "http://127.0.0.1/"),
+        ("http://0177.0.0.1/", "http://127.0.0.1/"),
+        ("http://0xffffffff/", "http://255.255.255.255/"),
+        ("http://[::ffff:127.0.0.1]/", "http://[::ffff:7f00:1]/"),
+        # hosts WHATWG takes: symbols UTS #46 allows, empty and long labels, "xn--" checked
+        ("http://ex*ample.com/", "http://ex*ample.com/"),
+        ("http://a..b/", "http://a..b/"),
+        (f"http://{'a' * 64}.example/", f"http://{'a' * 64}.example/"),
+        ("http://☃.example/", "http://xn--n3h.example/"),
+        # an empty userinfo is dropped; "http:host" and three slashes still name a host
+        ("https://@example.com/", "https://example.com/"),
+        ("http:example.com/a", "http://example.com/a"),
+        ("https:/example.com/", "https://example.com/"),
+        ("http:///path", "http://path/"),
+        ("http://example.com.../", "http://example.com/"),
         # fragment dropped
         ("http://example.com/a#frag", "http://example.com/a"),
         ("http://example.com/a?b=1#frag?c", "http://example.com/a?b=1"),
@@ -95,6 +111,8 @@ REASONS = {"invalid", "unsupported_scheme", "userinfo", "too_long", "no_host", "
         ("http://example.com/;a=1,b:c@d!$&'()*+", "http://example.com/;a=1,b:c@d!$&'()*+"),
         ("http://example.com/?q=a b&r=%e2%82%ac", "http://example.com/?q=a%20b&r=%E2%82%AC"),
         ("http://example.com/?q=a+b/c?d", "http://example.com/?q=a+b/c?d"),
+        ("http://example.com/?q='&r=%27", "http://example.com/?q=%27&r=%27"),  # as WHATWG
+        ("http://example.com/it's", "http://example.com/it's"),
         ("http://example.com/?q=%26%3D&r=%7e", "http://example.com/?q=%26%3D&r=~"),
         # query: stable sort by key, blanks kept, empty pairs and an empty query dropped
         ("http://example.com/?b=2&a=1", "http://example.com/?a=1&b=2"),
@@ -142,6 +160,9 @@ BASE = "http://example.com/dir/page.html?x=1#frag"
         ("  sub/a b.html\n", "http://example.com/dir/sub/a%20b.html"),
         ("HTTPS://Other.example:443/x", "https://other.example/x"),
         ("http:rel", "http://example.com/dir/rel"),  # non-strict RFC 3986, as browsers
+        ("///other.example/x", "http://other.example/x"),  # WHATWG: any slashes, then a host
+        ("/\\/\\//other.example/../x", "http://other.example/x"),
+        ("https:other.example", "https://other.example/"),  # another scheme: absolute
         ("\\\\cdn.example.net\\s.js", "http://cdn.example.net/s.js"),
     ],
 )
@@ -218,9 +239,7 @@ def test_rfc3986_reference_resolution_examples(reference: str, expected: str) ->
         ("tel:+15555550100", "unsupported_scheme"),
         ("http://user:pass@example.com/", "userinfo"),
         ("http://user@example.com/", "userinfo"),
-        ("https://@example.com/", "userinfo"),
         ("http://", "no_host"),
-        ("http:///path", "no_host"),
         ("http://:8080/", "no_host"),
         ("http://./", "no_host"),
         ("https://example.com:99999/", "invalid_host"),
@@ -230,21 +249,20 @@ def test_rfc3986_reference_resolution_examples(reference: str, expected: str) ->
         ("http://exa mple.com/", "invalid_host"),
         ("http://exa\x00mple.com/", "invalid_host"),
         ("http://exa\x7fmple.com/", "invalid_host"),
-        ("http://ex*ample.com/", "invalid_host"),
-        ("http://a..b/", "invalid_host"),
         ("http://ex%ffample.com/", "invalid_host"),
         ("http://ex%2fample.com/", "invalid_host"),
         ("http://\u0300x.example/", "invalid_host"),  # IDNA: a label cannot start with a mark
         ("http://a\u200db.example/", "invalid_host"),  # IDNA: ZWJ out of context
-        (f"http://{'a' * 64}.example/", "invalid_host"),
-        ("http://127.1/", "invalid_host"),  # a browser's 127.0.0.1; we take only dotted quads
         ("http://1.2.3.256/", "invalid_host"),
-        ("http://0x7f.0.0.1/", "invalid_host"),
         ("http://example.123/", "invalid_host"),
         ("http://[::1%25eth0]/", "invalid_host"),
         ("http://[v1.future]/", "invalid_host"),
         ("http://[::1]x/", "invalid_host"),
-        ("http://[::1/", "invalid"),
+        ("http://[::1/", "invalid_host"),
+        ("http://../", "no_host"),  # WHATWG's host "..": dots only, once the trailing ones go
+        ("http://[::1]:/x y\udc80", "invalid"),
+        ("http://0x100000000/", "invalid_host"),  # an IPv4 number out of range
+        ("http://user@/", "no_host"),
         ("", "invalid"),
         ("  \n ", "invalid"),
         ("/relative/without/base", "invalid"),
@@ -440,25 +458,6 @@ def test_resolution_agrees_with_urljoin(segments: list[str], prefix: str, suffix
 
 
 _PRINTABLE = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E))
-
-
-@settings(max_examples=500)
-@given(url_ish() | relative_ish() | _PRINTABLE)
-@example("a:b:c//d?e#f?g")
-@example("1a://b")
-@example("HTTP://[::1]/x")
-def test_the_fast_split_agrees_with_urlsplit(url: str) -> None:
-    """``_split`` reads printable ASCII with RFC 3986's regex instead of urlsplit: same parts."""
-    url = url.replace("\\", "")  # backslashes are browsers' slashes, on purpose unlike urlsplit
-    try:
-        expected: SplitResult | str = urlsplit(url)
-    except ValueError as e:
-        expected = str(e)
-    try:
-        got: SplitResult | str = _split(url)
-    except ValueError as e:
-        got = str(e)
-    assert got == expected
 
 
 def _outcome(url: str, base: str | None) -> str:

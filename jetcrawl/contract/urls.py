@@ -1,22 +1,24 @@
 """All URL rules of the crawler: canonical form, fingerprint, shard function and scope.
 
-A canonical URL is what the frontier dedupes, shards and fetches. ``canonicalize`` turns any link
-(absolute, or relative to a base; with HTML's whitespace around it) into that form, or raises
-``UrlError`` with one of these reasons:
+A canonical URL is what the frontier dedupes, shards and fetches. ``canonicalize`` reads any link
+(absolute, or relative to a base; with HTML's whitespace around it) as the WHATWG URL Standard
+does, through ada (the ``ada-url`` package, a WHATWG parser), and then applies jetcrawl's own
+canonical rules; or it raises ``UrlError`` with one of these reasons:
 
     invalid             not a URL (unparseable, lone surrogates, relative without a base)
     unsupported_scheme  anything but http and https (javascript:, mailto:, file:, data:, ftp:, ...)
-    userinfo            ``user:pass@`` in the authority
-    no_host             an empty host
-    invalid_host        bad IDNA, characters a host cannot have, a bad IP literal, a bad port
+    userinfo            ``user:pass@`` in the authority (an empty ``@`` is dropped, as WHATWG does)
+    no_host             an empty host, or one of dots only
+    invalid_host        a host or port WHATWG refuses (bad IDNA by UTS #46, forbidden characters,
+                        a bad IP literal, an IPv4 number out of range)
     too_long            longer than ``max_length`` characters once canonical
 
-The canonical form has: scheme and host in lowercase; the host in IDNA A-labels (UTS #46,
-non-transitional) without a trailing dot, IP literals in their standard text form; no default port,
-no userinfo, no fragment; dot segments resolved and a path of at least ``/``; escapes of unreserved
-characters decoded, other escapes in uppercase hex, and every character RFC 3986 does not allow in
-its part percent-encoded as UTF-8; query pairs stably sorted by key, tracking parameters (and every
-``utm_*``) removed, and no ``?`` if nothing is left. ``canonicalize`` is idempotent.
+The rules on top of WHATWG's href: no fragment, no userinfo, no trailing dot on the host; escapes
+of unreserved characters decoded, other escapes in uppercase hex, and every character RFC 3986
+does not allow in its part (and ``'`` in a query, as WHATWG does) percent-encoded as UTF-8; query
+pairs stably sorted by key, empty pairs, tracking parameters (and every ``utm_*``) removed, and no
+``?`` if nothing is left. ``canonicalize`` is idempotent. ``FINGERPRINT_SCHEME`` names these rules:
+it changes whenever a URL's canonical form (and so its fingerprint) may change.
 
 The functions that take a ``canonical_url`` trust it to be the output of ``canonicalize``.
 """
@@ -30,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
-from urllib.parse import SplitResult, quote, unquote, urlsplit
+from urllib.parse import quote
 
-import idna
+from ada_url import join_url, normalize_url
 from publicsuffixlist import PublicSuffixList
 
 from jetcrawl.contract.errors import UrlError
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "DEFAULT_TRACKING",
+    "FINGERPRINT_SCHEME",
     "SCOPE_ANY",
     "LinkCanonicalizer",
     "UrlRules",
@@ -63,6 +66,11 @@ DEFAULT_MAX_LENGTH = 2048
 TRACKING_PREFIX = "utm_"
 SCOPE_ANY = "any"  # a crawl that may go to any host
 
+# The version of the canonical rules. 1: RFC 3986 parsing; 2: WHATWG parsing (three slashes,
+# IPv4 in hex, octal and short forms, hosts UTS #46 allows, "http:host") and "'" in a query
+# written %27. tests/golden/fingerprints.txt holds a corpus's fingerprints under the current one.
+FINGERPRINT_SCHEME = 2
+
 # An input this many times longer than max_length is refused before any work: no real link shrinks
 # that much, and a page full of megabyte links must not stall the worker.
 _MAX_INPUT_FACTOR = 16
@@ -72,33 +80,32 @@ _SCHEMES = {"http": "80", "https": "443"}  # scheme -> default port
 _C0_CONTROL_OR_SPACE = "".join(map(chr, range(0x21)))
 
 # RFC 3986: unreserved characters mean the same decoded or encoded; sub-delims, ':' and '@' may
-# stand in a path segment; a query may also hold '/' and '?'. All else is percent-encoded.
+# stand in a path segment; a query may also hold '/' and '?', but not "'", which WHATWG encodes
+# there (so "?'" and "?%27" are one URL). All else is percent-encoded.
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PATH_SAFE = "!$&'()*+,;=:@/"
-_QUERY_SAFE = _PATH_SAFE + "?"
+_QUERY_SAFE = "!$&()*+,;=:@/?"
 _PATH_CLEAN = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]*").fullmatch
-_QUERY_CLEAN = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*").fullmatch
+_QUERY_CLEAN = re.compile(r"[A-Za-z0-9\-._~!$&()*+,;=:@/?]*").fullmatch
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})?")
 
-# A host name after lowercasing and IDNA: dot-separated labels of letters, digits, '-' and '_' (the
-# underscore is not DNS-legal in host names but real sites use it and browsers accept it).
-_HOST_NAME = re.compile(r"(?:[a-z0-9_-]{1,63}\.)*[a-z0-9_-]{1,63}").fullmatch
-_MAX_HOST_LENGTH = 253
-# A last label like this makes the host an IPv4 address for a browser, or an error: never a name.
+# The hosts the fast path takes: ASCII labels that WHATWG only lowercases (UTS #46 checks a label
+# starting "xn--", so those go to ada), with one trailing dot at most.
+_PLAIN_HOST = re.compile(r"(?:[a-z0-9_-]+\.)*[a-z0-9_-]+\.?").fullmatch
+# A last label like this makes the host an IPv4 address for WHATWG, or an error: never a name.
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*").fullmatch
-# Appendix B of RFC 3986, which is what urlsplit does for printable ASCII without brackets (it
-# validates IP literals, normalizes non-ASCII netlocs and drops tabs and newlines first).
-_RFC3986_PARTS = re.compile(
-    r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.DOTALL
-).fullmatch
-# The common link: http(s), a plain host, and path and query of characters RFC 3986 allows as
-# they are (no escapes, no userinfo, no IP literal); what canonicalize() does to it is short.
+# The common link: http(s), a plain host, and path and query of characters that WHATWG and
+# RFC 3986 both leave as they are; what canonicalize() does to it is short, and WHATWG's.
 _PLAIN_HTTP = re.compile(
     r"(https?)://([A-Za-z0-9._-]+)(?::([0-9]*))?(/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*)?"
     r"(?:\?([A-Za-z0-9\-._~!$&'()*+,;=:@/?]*))?(?:#.*)?",
     re.DOTALL,
 ).fullmatch
-_NEEDS_URLSPLIT = re.compile(r"[^\x21-\x7e]|[\[\]\\]").search
+# What a failed parse is read as, to name the reason: WHATWG's scheme, and for http(s) the
+# authority after any slashes or backslashes (userinfo and port still in it).
+_SCHEME_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):").match
+_AUTHORITY = re.compile(r"[/\\]*([^/\\?#]*)").match
+_TAB_OR_NEWLINE = re.compile("[\t\n\r]")
 
 
 _UNKNOWN = object()  # not in a LinkCanonicalizer's memory of answers
@@ -123,40 +130,90 @@ def canonicalize(
             if len(canonical) > max_length:
                 raise UrlError("too_long", original)
             return canonical
-    try:
-        parts = _split(url)
-        if base is not None and not (parts.scheme and parts.netloc):
-            parts = _resolve(url, parts, _split(base.strip(_C0_CONTROL_OR_SPACE)))
-    except ValueError:  # bad brackets, a netloc that normalizes to delimiters
-        raise UrlError("invalid", original) from None
-    scheme, netloc, path, query, _fragment = parts
-
-    default_port = _SCHEMES.get(scheme)
-    if default_port is None:
-        raise UrlError("unsupported_scheme" if scheme else "invalid", original)
-    if "@" in netloc:
-        raise UrlError("userinfo", original)
-    host, port = _split_port(netloc, original)
-    host = _canonical_host(host, original)
-    if port and port != default_port:
-        host = f"{host}:{port}"
-    try:
-        path = _canonical_path(path)
-        query = _canonical_query(query, tracking_params) if query else ""
-    except UnicodeEncodeError:  # lone surrogates cannot be UTF-8 encoded
-        raise UrlError("invalid", original) from None
-    canonical = f"{scheme}://{host}{path}?{query}" if query else f"{scheme}://{host}{path}"
+    href = _whatwg_href(url, base)
+    if href is None:
+        raise UrlError(_failure_reason(url, base), original)
+    canonical = _canonical_href(href, original, tracking_params)
     if len(canonical) > max_length:
         raise UrlError("too_long", original)
     return canonical
+
+
+def _whatwg_href(url: str, base: str | None) -> str | None:
+    """WHATWG's href of ``url`` (against ``base``), or None where WHATWG refuses it. An absolute
+    URL stands alone even when the base is not a URL."""
+    try:
+        return normalize_url(url) if base is None else join_url(base, url)
+    except ValueError:  # refused, or lone surrogates (UnicodeEncodeError)
+        if base is None:
+            return None
+    try:
+        return normalize_url(url)
+    except ValueError:
+        return None
+
+
+def _canonical_href(href: str, original: str, tracking_params: frozenset[str]) -> str:
+    """Our rules over a WHATWG href: it is serialized, so its parts split at fixed characters."""
+    scheme = href[: href.find(":")]
+    if scheme not in _SCHEMES:
+        raise UrlError("unsupported_scheme", original)
+    start = len(scheme) + 3  # a special URL always has "//" and a path that starts with "/"
+    path_start = href.index("/", start)
+    authority = href[start:path_start]
+    if "@" in authority:
+        raise UrlError("userinfo", original)
+    host, port = authority, ""
+    colon = authority.rfind(":")
+    if colon >= 0 and not authority.endswith("]"):
+        host, port = authority[:colon], authority[colon:]
+    host = host.rstrip(".")
+    if not host:
+        raise UrlError("no_host", original)
+    end = href.find("#", path_start)
+    if end < 0:
+        end = len(href)
+    query_start = href.find("?", path_start, end)
+    path = href[path_start : query_start if query_start >= 0 else end]
+    if not _PATH_CLEAN(path):
+        path = _normalize_escapes(path, _PATH_SAFE)
+    query = href[query_start + 1 : end] if query_start >= 0 else ""
+    if query:
+        query = _canonical_query(query, tracking_params)
+    if query:
+        return f"{scheme}://{host}{port}{path}?{query}"
+    return f"{scheme}://{host}{port}{path}"
+
+
+def _failure_reason(url: str, base: str | None) -> str:
+    """Why WHATWG refused ``url``, as one of the reasons; ``url`` is stripped already."""
+    try:
+        url.encode()
+    except UnicodeEncodeError:  # lone surrogates have no UTF-8 form
+        return "invalid"
+    url = _TAB_OR_NEWLINE.sub("", url)
+    scheme = _SCHEME_PREFIX(url)
+    if scheme is not None:
+        if scheme.group(1).lower() not in _SCHEMES:
+            return "unsupported_scheme"
+        rest = url[scheme.end() :]
+    elif base is not None and url[:2].replace("\\", "/") == "//":
+        rest = url
+    else:
+        return "invalid"
+    authority = _AUTHORITY(rest).group(1)  # type: ignore[union-attr]
+    host = authority.rpartition("@")[2]
+    if not host.startswith("["):
+        host = host.partition(":")[0]
+    return "invalid_host" if host.strip(".") else "no_host"
 
 
 def _canonical_plain(plain: re.Match[str], tracking_params: frozenset[str]) -> str | None:
     """The fast path: an absolute http(s) URL of characters that need no escaping; None if it
     has a host or port this path leaves to the general one."""
     scheme, host, port, path, query = plain.groups()
-    canonical_host, reason = _host_form(host)
-    if reason:
+    canonical_host = _plain_host(host)
+    if canonical_host is None:
         return None
     if port:
         if port[0] == "0" or len(port) > 5 or int(port) > 65535:
@@ -174,141 +231,21 @@ def _canonical_plain(plain: re.Match[str], tracking_params: frozenset[str]) -> s
     return f"{scheme}://{canonical_host}{path}"
 
 
-def _split(url: str) -> SplitResult:
-    if not _NEEDS_URLSPLIT(url):  # printable ASCII without brackets: RFC 3986's regex is urlsplit
-        scheme, netloc, path, query, fragment = _RFC3986_PARTS(url).groups()  # type: ignore[union-attr]
-        return SplitResult(
-            scheme.lower() if scheme else "", netloc or "", path, query or "", fragment or ""
-        )
-    if "\\" in url:
-        url = _backslashes_to_slashes(url)
-    return urlsplit(url)  # also drops tabs and newlines anywhere, as browsers do
-
-
-def _resolve(reference: str, ref: SplitResult, base: SplitResult) -> SplitResult:
-    """RFC 3986 section 5.2.2 in its non-strict form (``http:a`` is relative), as browsers do."""
-    scheme, netloc, path, query, _fragment = ref
-    if scheme and scheme != base.scheme:
-        return ref
-    if netloc:
-        return SplitResult(base.scheme, netloc, path, query, "")
-    if not path:  # "", "?q" or "#f": the base document, with the new query if there is one
-        has_query = "?" in reference.partition("#")[0]
-        return SplitResult(
-            base.scheme, base.netloc, base.path, query if has_query else base.query, ""
-        )
-    if path[0] != "/":
-        path = (base.path[: base.path.rfind("/") + 1] if base.path else "/") + path
-    return SplitResult(base.scheme, base.netloc, path, query, "")
-
-
-def _backslashes_to_slashes(url: str) -> str:
-    # Browsers read a backslash as "/" in an http(s) URL up to its query: href="\\h\a" is //h/a.
-    end = _path_end(url, 0)
-    return url[:end].replace("\\", "/") + url[end:]
-
-
-def _path_end(url: str, start: int) -> int:
-    """Where the part of ``url`` from ``start`` that precedes any query or fragment ends."""
-    end = len(url)
-    for delimiter in "?#":
-        found = url.find(delimiter, start, end)
-        if found >= 0:
-            end = found
-    return end
-
-
-def _split_port(netloc: str, original: str) -> tuple[str, str]:
-    """``(host, port)`` of an authority without userinfo; the port is '' or canonical decimal."""
-    if netloc.startswith("["):
-        end = netloc.find("]") + 1
-        host, rest = netloc[:end], netloc[end:]
-        if rest and rest[0] != ":":
-            raise UrlError("invalid_host", original)
-        port = rest[1:]
-    else:
-        host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "")
-    if port:
-        port = port.lstrip("0") or "0"
-        if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
-            raise UrlError("invalid_host", original)
-    return host, port
-
-
-def _canonical_host(host: str, original: str) -> str:
-    canonical, reason = _host_form(host)
-    if reason:
-        raise UrlError(reason, original)
-    return canonical
-
-
-@lru_cache(maxsize=4096)  # links repeat their hosts, and working a host out is slow
-def _host_form(host: str) -> tuple[str, str]:
-    """``(canonical host, "")``, or ``("", reason)`` if ``host`` has no canonical form."""
-    try:
-        return _canonical_host_uncached(host), ""
-    except UrlError as e:
-        return "", e.reason
-
-
-def _canonical_host_uncached(host: str) -> str:
-    """The canonical form of ``host``; raises ``UrlError`` (its reason is what counts)."""
-    if not host:
-        raise UrlError("no_host", host)
-    if host[0] == "[":
-        return _canonical_ipv6(host)
-    if "%" in host:
-        try:
-            host = unquote(host, errors="strict")
-        except UnicodeDecodeError:
-            raise UrlError("invalid_host", host) from None
-    if host.isascii():
-        host = host.lower()
-    else:
-        ascii_host = _idna_to_ascii(host)
-        if ascii_host is None:
-            raise UrlError("invalid_host", host)
-        host = ascii_host
-    if host.endswith("."):
-        host = host[:-1]
-    if len(host) > _MAX_HOST_LENGTH or not _HOST_NAME(host):
-        raise UrlError("invalid_host" if host else "no_host", host)
+@lru_cache(maxsize=4096)  # links repeat their hosts
+def _plain_host(host: str) -> str | None:
+    """The canonical form of an ASCII host that WHATWG would only lowercase (a dotted quad
+    included), or None if WHATWG has more to do with it (IPv4 in other forms, "xn--" labels)."""
+    host = host.lower()
+    if not _PLAIN_HOST(host) or "xn--" in host:
+        return None
+    host = host.rstrip(".")
     if _NUMERIC_LABEL(host.rpartition(".")[2]):
         try:
-            canonical_ip = str(ipaddress.IPv4Address(host))
+            if str(ipaddress.IPv4Address(host)) != host:
+                return None
         except ValueError:
-            raise UrlError("invalid_host", host) from None
-        if canonical_ip != host:  # leading zeros and the like are not taken as IPv4 by ipaddress
-            raise UrlError("invalid_host", host)
+            return None
     return host
-
-
-@lru_cache(maxsize=4096)  # the idna package is slow (pure Python), and links repeat hosts
-def _idna_to_ascii(host: str) -> str | None:
-    try:
-        return idna.encode(host, uts46=True).decode("ascii")
-    except (idna.IDNAError, UnicodeError, ValueError):
-        return None
-
-
-def _canonical_ipv6(host: str) -> str:
-    literal = host[1:-1]
-    if "%" in literal:  # zone identifiers have no meaning outside the machine that wrote the link
-        raise UrlError("invalid_host", host)
-    try:
-        return f"[{ipaddress.IPv6Address(literal)}]"
-    except ValueError:
-        raise UrlError("invalid_host", host) from None
-
-
-def _canonical_path(path: str) -> str:
-    if not path:
-        return "/"
-    if not _PATH_CLEAN(path):
-        path = _normalize_escapes(path, _PATH_SAFE)
-    if "/." in path:
-        path = _remove_dot_segments(path)
-    return path
 
 
 def _canonical_query(query: str, tracking_params: frozenset[str]) -> str:
@@ -360,6 +297,16 @@ def _remove_dot_segments(path: str) -> str:
     if segments[-1] in (".", ".."):
         out.append("")
     return "/" + "/".join(out)
+
+
+def _path_end(url: str, start: int) -> int:
+    """Where the part of ``url`` from ``start`` that precedes any query or fragment ends."""
+    end = len(url)
+    for delimiter in "?#":
+        found = url.find(delimiter, start, end)
+        if found >= 0:
+            end = found
+    return end
 
 
 def _without_fragment(url: str) -> str:
