@@ -11,5 +11,6 @@ scrape    Prometheus scrapes and probes of the services' metrics and health port
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
+urlcorpus a large URL corpus (site links, WHATWG inputs, generated); writes the golden file
 faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment
 """
