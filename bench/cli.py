@@ -3,6 +3,7 @@
     python -m bench [--quick] [--reps N] [--out DIR] [--systems a,b] ...
     python -m bench memory [--quick] [--urls N] [--out DIR]
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
+    python -m bench urls [--passes N] [--out DIR]
 
 The first starts the site, runs every system ``--reps`` times (interleaved, so drift hits all
 alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when it is
@@ -36,6 +37,7 @@ from bench.reading import measure_reading, reading_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
 from bench.siteserver import SiteServer
+from bench.urls import measure_urls, urls_markdown
 from tests.support.site.tree import SiteSpec, generate
 
 __all__ = ["main"]
@@ -88,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     reading.add_argument("--reps", type=int, default=3, help="reads per reader (default 3)")
     reading.add_argument("--quick", action="store_true", help="10,000 records")
     reading.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    urls = sub.add_parser("urls", help="canonicalizers on one URL corpus (bench/urls.py)")
+    urls.add_argument("--passes", type=int, default=5, help="timed passes each (default 5)")
+    urls.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -99,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         return memory_command(args)
     if args.command == "results":
         return results_command(args)
+    if args.command == "urls":
+        bench = measure_urls(args.passes)
+        _write_report(args.out, "urls", urls_markdown(bench), bench.to_dict())
+        return 0
     report = throughput(args)
     return 0 if all(r.exact for r in report.runs) else 1
 

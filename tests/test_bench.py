@@ -18,11 +18,12 @@ import orjson
 import pytest
 
 from bench.ceiling import Ceiling, Phase
-from bench.cli import COMPILED_PACKAGES, byte_compile, main
+from bench.cli import COMPILED_PACKAGES, build_parser, byte_compile, main
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
 from bench.report import Report
 from bench.runners import Output, RunResult, check, classify
 from bench.siteserver import SiteServer, SiteStats
+from bench.urls import measure_urls, urls_markdown
 from tests.support.site.tree import SiteSpec, generate
 
 pytestmark = pytest.mark.skipif(
@@ -304,3 +305,15 @@ def test_the_report_has_no_floor_without_the_bare_loop_or_the_ceiling() -> None:
         assert report.cpu_floor() is None
         assert report.to_dict()["cpu_floor"] is None
         assert "The floor here" not in report.markdown()
+
+
+def test_the_url_bench_times_every_canonicalizer_on_the_same_corpus() -> None:
+    args = build_parser().parse_args(["urls", "--passes", "2"])
+    assert (args.command, args.passes) == ("urls", 2)
+    bench = measure_urls(passes=1, limit=300)
+    measured = set(bench.us_per_url) | set(bench.missing)
+    assert measured == {"rfc3986", "canonicalize", "ada+rules", "ada alone", "links"}
+    assert bench.parts["all"] == sum(n for part, n in bench.parts.items() if part != "all")
+    assert all(us > 0 for by_part in bench.us_per_url.values() for us in by_part.values())
+    markdown = urls_markdown(bench)
+    assert "| canonicalize |" in markdown and "| ada alone |" in markdown

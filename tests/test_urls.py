@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import nats
 import pytest
@@ -15,9 +15,11 @@ from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.urls import (
     _C0_CONTROL_OR_SPACE,
+    DEFAULT_MAX_LENGTH,
     DEFAULT_TRACKING,
     LinkCanonicalizer,
     UrlRules,
+    _canonical_general,
     canonicalize,
     fingerprint,
     fnv1a_32,
@@ -467,6 +469,13 @@ def _outcome(url: str, base: str | None) -> str:
         return f"UrlError {e.reason}"
 
 
+def _general(url: str) -> str:
+    try:
+        return _canonical_general(url.strip(_C0_CONTROL_OR_SPACE), None, url, DEFAULT_TRACKING)
+    except UrlError as e:
+        return f"UrlError {e.reason}"
+
+
 @settings(max_examples=1000)
 @given(url_ish() | st.builds(lambda s: "http://" + s, _PRINTABLE))
 @example("http://h:0080/a")
@@ -474,15 +483,13 @@ def _outcome(url: str, base: str | None) -> str:
 @example("HTTP://Example.COM:80")
 @example("http://1.2.3.4.5/")
 @example("http://999.1.1.1/")
+@example("http://xn--abc.example/")
+@example("http://0x7f.1/")
+@example("http://a.b./?'")
 def test_the_fast_path_agrees_with_the_general_one(url: str) -> None:
-    """Without a base, plain http(s) URLs skip the general path; a base forces it, and one of
-    another scheme leaves a URL that has a scheme unresolved (RFC 3986 5.2.2, non-strict)."""
-    try:
-        scheme = urlsplit(url.strip(_C0_CONTROL_OR_SPACE).replace("\\", "/")).scheme
-    except ValueError:
-        scheme = ""
-    assume(scheme not in ("", "ftp"))
-    assert _outcome(url, None) == _outcome(url, "ftp://other.example/x/y")
+    """Plain http(s) URLs skip ada; what ada and our rules make of them is the same."""
+    assume(len(_outcome(url, None)) <= DEFAULT_MAX_LENGTH)
+    assert _outcome(url, None) == _general(url)
 
 
 # One canonicalizer for every example: a cache key that reads too little of the base would hand

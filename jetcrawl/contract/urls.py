@@ -124,19 +124,24 @@ def canonicalize(
     url = url.strip(_C0_CONTROL_OR_SPACE)
     if len(url) > _MAX_INPUT_FACTOR * max_length:
         raise UrlError("too_long", original)
-    if base is None and (plain := _PLAIN_HTTP(url)) is not None:
-        canonical = _canonical_plain(plain, tracking_params)
-        if canonical is not None:
-            if len(canonical) > max_length:
-                raise UrlError("too_long", original)
-            return canonical
-    href = _whatwg_href(url, base)
-    if href is None:
-        raise UrlError(_failure_reason(url, base), original)
-    canonical = _canonical_href(href, original, tracking_params)
+    # "http://" and "https://" make a URL absolute whatever the base (WHATWG).
+    plain = _PLAIN_HTTP(url)
+    canonical = _canonical_plain(plain, tracking_params) if plain is not None else None
+    if canonical is None:
+        canonical = _canonical_general(url, base, original, tracking_params)
     if len(canonical) > max_length:
         raise UrlError("too_long", original)
     return canonical
+
+
+def _canonical_general(
+    url: str, base: str | None, original: str, tracking_params: frozenset[str]
+) -> str:
+    """Any URL: WHATWG's href by ada, then our rules (``canonicalize`` checks the length)."""
+    href = _whatwg_href(url, base)
+    if href is None:
+        raise UrlError(_failure_reason(url, base), original)
+    return _canonical_href(href, original, tracking_params)
 
 
 def _whatwg_href(url: str, base: str | None) -> str | None:
