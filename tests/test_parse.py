@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
-from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, MAX_DEPTH, Page, extract
+from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, MAX_DEPTH, MAX_LINKS, Page, extract
 
 PAGE = "https://example.com/dir/page.html"
 RULES = UrlRules()
@@ -188,6 +188,25 @@ def test_a_page_nested_past_the_depth_cap_is_read_up_to_it() -> None:
 def test_many_tags_but_shallow_is_read_whole() -> None:
     html = b"".join(b"<p><a href='/p%d'>x</a><br></p>" % n for n in range(DEPTH_SCAN_TAGS))
     html += b"<div>" * (MAX_DEPTH - 1) + b"<a href='/last'>l</a>"
-    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()))
+    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()), DEPTH_SCAN_TAGS + 1)
     assert not page.cut_at_depth
     assert len(page.links) == DEPTH_SCAN_TAGS + 1 and page.links[-1] == "http://a.test/last"
+
+
+def test_a_page_of_100k_links_keeps_the_first_max_links() -> None:
+    html = "".join(f"<a href='/p{n}'>x</a>" for n in range(100_000)).encode()
+    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()))
+    assert page.cut_at_links and len(page.links) == MAX_LINKS
+    assert (
+        page.links[0] == "http://a.test/p0" and page.links[-1] == f"http://a.test/p{MAX_LINKS - 1}"
+    )
+    capped = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()), max_links=3)
+    assert capped.links == ("http://a.test/p0", "http://a.test/p1", "http://a.test/p2")
+
+
+def test_repeats_and_the_page_itself_do_not_count_toward_max_links() -> None:
+    html = (
+        b"<a href='/'>home</a>" * 10 + b"<a href='/a'>a</a><a href='/a#x'>a</a><a href='/b'>b</a>"
+    )
+    page = extract(html, "http://a.test/", None, LinkCanonicalizer(UrlRules()), max_links=2)
+    assert (page.links, page.cut_at_links) == (("http://a.test/a", "http://a.test/b"), False)

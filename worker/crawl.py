@@ -263,7 +263,13 @@ class TaskProcessor:
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
             with self._telemetry.parse():
-                page = extract(fetched.body, fetched.final_url, fetched.charset, self._links)
+                page = extract(
+                    fetched.body,
+                    fetched.final_url,
+                    fetched.charset,
+                    self._links,
+                    self._settings.max_links_per_page,
+                )
         self.stats.fetched += 1
         digest, ref = await self._keep_body(a.task, fetched) if fetched.body else (None, None)
         result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)

@@ -17,7 +17,8 @@ lexbor builds a tree in time that grows with the square of its depth: a hostile 
 hundred thousand nested elements would hold a worker for many seconds. A page with very many
 tags (``DEPTH_SCAN_TAGS``; an ordinary page has far fewer, and pays one byte count) is scanned
 for its nesting first and read only up to where it passes ``MAX_DEPTH`` elements, as browsers
-cap a tree's depth; its ``Page`` says so (``cut_at_depth``).
+cap a tree's depth; its ``Page`` says so (``cut_at_depth``). Likewise a page keeps at most
+``max_links`` outlinks, the first in document order (``cut_at_links``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from selectolax.lexbor import LexborHTMLParser
 from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.urls import LinkCanonicalizer
 
-__all__ = ["Page", "extract"]
+__all__ = ["MAX_LINKS", "Page", "extract"]
 
 _LINKS = "a[href], area[href]"
 MAX_DEPTH = 2_048  # elements open at once, beyond which a page is read no further
+MAX_LINKS = 6_000  # outlinks kept of a page by default (Settings.max_links_per_page)
 DEPTH_SCAN_TAGS = 20_000  # "<" bytes in a page above which its depth is checked
 _TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*?(/?)>")
 # Elements that never hold others: they open and close at once.
@@ -57,9 +59,16 @@ class Page:
     links: tuple[str, ...]  # canonical, unique, in document order, without the page's own URL
     invalid_links: int  # hrefs that do not canonicalize (mailto:, javascript:, garbage)
     cut_at_depth: bool = False  # nested deeper than MAX_DEPTH: read up to there only
+    cut_at_links: bool = False  # more links than max_links: the first ones only
 
 
-def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCanonicalizer) -> Page:
+def extract(
+    html: bytes,
+    page_url: str,
+    charset: str | None,
+    canonical: LinkCanonicalizer,
+    max_links: int = MAX_LINKS,
+) -> Page:
     """The title and outlinks of the HTML page ``html`` fetched from ``page_url`` (canonical)."""
     cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := _depth_end(html)) is not None
     if cut:
@@ -82,6 +91,7 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
     links: dict[str, None] = {}  # an ordered set
     invalid = 0
     link = canonical.on_page(base)
+    cut_links = False
     for node in nodes:
         href = node.attrs.get("href")
         if href is None or href in seen_hrefs:  # the same text canonicalizes the same way
@@ -90,15 +100,23 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
         url = link(href)
         if url is None:
             invalid += 1
-        else:
+        elif url != page_url:
+            if len(links) >= max_links and url not in links:
+                cut_links = True
+                break
             links[url] = None
-    links.pop(page_url, None)
 
     title = None
     titles = tree.tags("title")
     if titles:
         title = " ".join(titles[0].text(deep=True).split()) or None
-    return Page(title=title, links=tuple(links), invalid_links=invalid, cut_at_depth=cut)
+    return Page(
+        title=title,
+        links=tuple(links),
+        invalid_links=invalid,
+        cut_at_depth=cut,
+        cut_at_links=cut_links,
+    )
 
 
 def _depth_end(html: bytes) -> int | None:

@@ -132,6 +132,9 @@ class Settings:
     read_timeout_s: float = 20.0
     total_timeout_s: float = 60.0
     max_body_bytes: int = 10 * 1024 * 1024
+    # Outlinks kept of one page, in document order (Heritrix's default): a page of 100,000 links
+    # must not flood the frontier nor the worker's memory.
+    max_links_per_page: int = 6000
     max_redirects: int = 10  # when follow_redirects
     # Off: a redirect is a record of its own and its target a new URL for the frontier, fetched
     # by the target host's owner under that host's politeness, and never fetched twice.
