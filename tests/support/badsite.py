@@ -259,10 +259,19 @@ class BadSite:
 
 
 class RawServer:
-    """Answers each connection's first request with ``response``, then hangs up or hangs."""
+    """Answers each connection's first request with ``response``, then hangs up or hangs;
+    ``/robots.txt`` with ``robots`` if given (a crawl's robots check then gets an answer)."""
 
-    def __init__(self, response: bytes, *, hang: bool = False, delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        response: bytes,
+        *,
+        hang: bool = False,
+        delay_s: float = 0.0,
+        robots: bytes | None = None,
+    ) -> None:
         self._response = response
+        self._robots = robots
         self._hang = hang
         self._delay_s = delay_s
         self._server: asyncio.Server | None = None
@@ -299,7 +308,11 @@ class RawServer:
         self._writers.add(writer)
         self.connected.set()
         try:
-            await reader.readuntil(b"\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            if self._robots is not None and head.startswith(b"GET /robots.txt "):
+                writer.write(self._robots)
+                await writer.drain()
+                return
             if self._delay_s:
                 await asyncio.sleep(self._delay_s)
             writer.write(self._response)
