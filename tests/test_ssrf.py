@@ -7,6 +7,7 @@ import ipaddress
 import pytest
 
 from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.urls import canonicalize
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetcher
@@ -125,3 +126,22 @@ async def test_robots_fetches_pass_the_same_guard() -> None:
         verdict = await Robots(guarded(), fetcher).check(site.url("/page"))
         assert site.hits["/robots.txt"] == 0
         assert verdict.reason == "no_robots", "the page fetch itself will be blocked"
+
+
+@pytest.mark.parametrize(
+    "written", ["0x7f.0.0.2", "0177.0.0.2", "127.2", "2130706434", "0x7F000002"]
+)
+async def test_ipv4_in_hex_octal_or_short_form_is_judged_as_its_dotted_quad(written: str) -> None:
+    """WHATWG reads these as 127.0.0.2: so does the canonicalizer, and the guard refuses it,
+    as a link and as a redirect hop; allowed, the same link reaches the server."""
+    async with BadSite(host="127.0.0.2") as site, BadSite(host="127.0.0.3") as outside:
+        site.add("/", HTML)
+        outside.redirect("/go", f"http://{written}:{site.port}/", status=302)
+        url = canonicalize(f"http://{written}:{site.port}/")
+        assert url == site.url("/")
+        async with Fetcher(guarded(allow_nets=("127.0.0.3/32",))) as fetcher:
+            assert (await blocked(fetcher, url)).kind == "blocked"
+            assert (await blocked(fetcher, outside.url("/go"))).url == url
+            assert site.hits["/"] == 0
+        async with Fetcher(guarded(allow_nets=("127.0.0.0/8",))) as fetcher:
+            assert (await fetcher.fetch(outside.url("/go"))).body == HTML  # the negative case
