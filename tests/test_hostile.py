@@ -106,6 +106,17 @@ async def test_a_robots_txt_of_megabytes_is_read_to_its_cap(fetcher: Fetcher) ->
         assert (await robots.check(site.url("/open"))).allowed
 
 
+@pytest.mark.parametrize("host", ["a..b.test", f"{'a' * 64}.test", "..test"])
+async def test_a_host_whatwg_takes_but_dns_cannot_spell_is_a_dns_error(
+    fetcher: Fetcher, host: str
+) -> None:
+    """Empty and overlong labels are valid WHATWG hosts; the resolver refuses them at once."""
+    url = canonicalize(f"http://{host}/")
+    with pytest.raises(FetchError) as caught:
+        await fetcher.fetch(url, follow_redirects=False)
+    assert (caught.value.kind, caught.value.transient) == ("dns", False), caught.value
+
+
 def test_a_charset_that_lies_decodes_to_replacement_characters() -> None:
     html = "<title>caf\xe9</title>".encode("latin-1")  # said to be UTF-8: it is not
     page = extract(html, "http://a.test/", "utf-8", LinkCanonicalizer(UrlRules()))

@@ -382,14 +382,18 @@ class _Translated:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if isinstance(exc, aiohttp.ClientError | OSError):  # OSError includes TimeoutError
+        # OSError includes TimeoutError; UnicodeError is the resolver's, for a host that WHATWG
+        # takes but DNS cannot spell (an empty label, one over 63 characters).
+        if isinstance(exc, aiohttp.ClientError | OSError | UnicodeError):
             raise _fetch_error(exc, self._url, self._refused) from exc
 
 
 def _fetch_error(
-    exc: aiohttp.ClientError | OSError, url: str, refused: list[str] | None = None
+    exc: aiohttp.ClientError | OSError | UnicodeError, url: str, refused: list[str] | None = None
 ) -> FetchError:
     """The one translation of aiohttp, asyncio and socket exceptions into ``FetchError``."""
+    if isinstance(exc, UnicodeError):
+        return FetchError("dns", f"a host DNS cannot look up: {exc}", url, transient=False)
     if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is one too
         message = str(exc) or "total timeout"
         return FetchError("timeout", message, url)
