@@ -1,7 +1,7 @@
 """``python -m bench urls``: canonicalizers timed on one URL corpus (tests/support/urlcorpus.py).
 
 Every implementation reads the same entries (link, base) in the same run, several passes each,
-interleaved; the table gives the median microseconds per URL by part of the corpus and the ratio
+interleaved; the table gives the median CPU microseconds per URL by part of the corpus and the ratio
 to the RFC 3986 canonicalizer that WHATWG parsing replaced (read from git at ``RFC3986_COMMIT``;
 the row is left out, with the reason, where git or that commit is missing).
 
@@ -156,11 +156,13 @@ def measure_urls(passes: int = 5, limit: int | None = None) -> UrlBench:
 
 
 def _time_one(function: Canonicalizer, entries: list[Entry]) -> float:
+    """CPU seconds of this process for one pass: on a shared machine, others' load stretches
+    wall time far more than it does our CPU time."""
     gc.collect()
-    start = time.perf_counter()
+    start = time.process_time()
     for link, base in entries:
         function(link, base)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def urls_markdown(bench: UrlBench) -> str:
@@ -169,8 +171,8 @@ def urls_markdown(bench: UrlBench) -> str:
     lines = [
         "## URL canonicalization (python -m bench urls)",
         "",
-        f"Median µs per URL over {bench.passes} interleaved passes; in brackets, the ratio to "
-        "rfc3986 (below 1: faster).",
+        f"Median CPU µs per URL over {bench.passes} interleaved passes; in brackets, the ratio "
+        "to rfc3986 (below 1: faster).",
         "",
         "| implementation | " + " | ".join(f"{p} ({bench.parts[p]:,})" for p in parts) + " |",
         "|---|" + "---|" * len(parts),
