@@ -1,4 +1,5 @@
-"""Declarative extraction: a spec refused at the field's path, each type, metadata, main content."""
+"""Declarative extraction: a spec refused at the field's path, each type, metadata, main content,
+and the shop's golden items from every page of the shop."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from jetcrawl.contract.errors import SpecError
 from jetcrawl.contract.plugin import Page
 from jetcrawl.worker.extract import compile_extraction
 from jetcrawl.worker.extract.fields import parse_date, parse_number
+from tests.support.shop import ShopSite, fetch_pages, golden_lines, item_lines, job_spec, run_job
 
 
 def page(
@@ -219,7 +221,7 @@ def test_a_bad_spec_is_refused_at_the_field_path(doc: Any, path: str, problem: s
 
 
 def test_a_good_spec_compiles_and_a_path_prefix_is_kept() -> None:
-    compile_extraction(rule(p={"css": "p"}))
+    compile_extraction(job_spec()["extract"])
     with pytest.raises(SpecError) as refused:
         compile_extraction(rule(p={"css": "p::text"}), path="spec.extract")
     assert refused.value.path == "spec.extract.rules[0].fields.p.css"
@@ -250,3 +252,23 @@ def test_dates() -> None:
     assert parse_date("03/12/2026 10:30", "%d/%m/%Y %H:%M") == "2026-12-03T10:30:00"
     assert parse_date("yesterday") is None
     assert parse_date("3 Dec", "%d %B %Y") is None
+
+
+async def test_the_shop_pages_give_the_golden_items(example_plugin: None) -> None:
+    async with ShopSite() as shop:
+        pages = await fetch_pages(shop)
+        lines = item_lines(run_job(pages), shop.base_url)
+    assert len(pages) > 20  # products, categories and their pages, articles, and the traps
+    assert lines == golden_lines()
+    sources = {(line["source"], line["key"][:3]) for line in lines}
+    assert ("extract", "KT-") in sources and ("extract", "pag") in sources
+    assert ("example-articles", "art") in sources
+
+
+async def test_a_changed_page_is_seen_against_the_golden_items(example_plugin: None) -> None:
+    # The negative case: the comparison notices one value that differs.
+    async with ShopSite() as shop:
+        pages = await fetch_pages(shop)
+        lines = item_lines(run_job(pages), shop.base_url)
+    lines[0]["data"] = {**lines[0]["data"], "headline": "Changed"}
+    assert lines != golden_lines()

@@ -10,6 +10,7 @@ procfs    what Linux /proc says of a process
 prometheus  a real Prometheus scraping given ports, answering PromQL over its HTTP API
 scrape    Prometheus scrapes and probes of the services' metrics and health ports
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
+shop      a shop-like website, its job spec and the golden items of its extraction
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
 faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment
