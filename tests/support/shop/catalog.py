@@ -28,8 +28,7 @@ __all__ = [
 
 PER_PAGE = 3
 ANY_QUERY = frozenset({"/cart", "/search"})  # pages that answer whatever their query
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August")
-_MONTHS += ("September", "October", "November", "December")
+_MONTHS = "January February March April May June July August September October November December"
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,4 +383,4 @@ def _article(base: str, a: Article) -> str:
 
 def _long_date(iso: str) -> str:
     year, month, day = iso.split("-")
-    return f"{int(day)} {_MONTHS[int(month) - 1]} {year}"
+    return f"{int(day)} {_MONTHS.split()[int(month) - 1]} {year}"
