@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jetcrawl.contract.errors import SpecError
 from jetcrawl.contract.plugin import Page
@@ -29,6 +32,9 @@ def page(
         job="t",
         spec_version=1,
     )
+
+
+SHOP_EXTRACTION = compile_extraction(job_spec()["extract"])
 
 
 def rule(**fields: Any) -> dict[str, Any]:
@@ -112,6 +118,43 @@ def test_metadata_json_ld_opengraph_microdata() -> None:
             },
         }
     ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "<p>",
+                "</p>",
+                "<dl class=specs>",
+                "<dd data-spec=sku>",
+                "<script type=application/ld+json>",
+                "</script>",
+                "[1, null]",
+                '{"@graph": 3}',
+                "<div itemscope>",
+                "<b itemprop=x itemscope>",
+                "<time datetime=2026-13-45>",
+                '<span class="price">',
+                "1,2.3,4",
+                "<meta property=og:x>",
+                "<article>",
+                "<h1>",
+                "\x00",
+                "&amp;",
+                "<!--",
+                "]]>",
+            ]
+        )
+        | st.text(max_size=8)
+    ).map("".join),
+    st.sampled_from(["/product/a", "/blog/b", "/other"]),
+)
+def test_no_page_makes_extraction_raise(html: str, path: str) -> None:
+    output = SHOP_EXTRACTION.run(page(html, url=f"http://shop.test{path}"))
+    for item in output.items:
+        orjson.dumps(dict(item.data))  # every value is JSON
 
 
 def test_main_content_as_markdown_and_text() -> None:

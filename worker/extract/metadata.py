@@ -50,8 +50,11 @@ def json_ld(tree: LexborHTMLParser) -> list[Any]:
         except orjson.JSONDecodeError:
             continue
         for obj in data if isinstance(data, list) else [data]:
-            if isinstance(obj, dict) and isinstance(graph := obj.get("@graph"), list):
-                found.extend(graph)
+            if not isinstance(obj, dict):
+                continue  # JSON-LD describes things as objects: a bare value says nothing
+            graph = obj.get("@graph")
+            if isinstance(graph, list):
+                found.extend(member for member in graph if isinstance(member, dict))
             else:
                 found.append(obj)
     return found
@@ -83,7 +86,7 @@ def microdata(tree: LexborHTMLParser, page_url: str) -> list[dict[str, Any]]:
 
 def _inside_item(node: LexborNode) -> bool:
     parent = node.parent
-    while parent is not None:
+    while parent is not None and parent.is_element_node:
         if "itemscope" in parent.attrs:
             return True
         parent = parent.parent
@@ -102,6 +105,8 @@ def _item(scope: LexborNode, page_url: str) -> dict[str, Any]:
 def _collect(parent: LexborNode, page_url: str, properties: dict[str, Any]) -> None:
     """The properties under ``parent``, not descending into nested items."""
     for child in parent.iter(include_text=False):
+        if not child.is_element_node:  # a comment
+            continue
         names = (child.attrs.get("itemprop") or "").split()
         if names:
             value = _value(child, page_url)
