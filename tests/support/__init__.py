@@ -1,6 +1,7 @@
 """What the tests stand on, besides the fixtures in ``tests/conftest.py``.
 
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
+exampleplugin  the example plugin package installed into the test venv (fast when it is)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
@@ -9,6 +10,7 @@ procfs    what Linux /proc says of a process
 prometheus  a real Prometheus scraping given ports, answering PromQL over its HTTP API
 scrape    Prometheus scrapes and probes of the services' metrics and health ports
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
+shop      a shop-like website, its job spec and the golden items of its extraction
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
 urlcorpus a large URL corpus (site links, WHATWG inputs, generated); writes the golden file
