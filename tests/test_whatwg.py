@@ -4,7 +4,8 @@
 ada's repository vendors it in ``tests/wpt/``). For every case: what WHATWG refuses, we refuse;
 what WHATWG parses to another scheme, we refuse as ``unsupported_scheme``; and an http(s) URL is
 WHATWG's, after the canonical rules the README documents — computed here from WHATWG's parts,
-not from our code.
+not from our code. Beyond the data, random URL-shaped strings are checked the same way against
+ada's parts (ada passes that data whole: it is WHATWG's reference here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import ada_url
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.urls import DEFAULT_TRACKING, canonicalize
@@ -110,3 +114,82 @@ def test_what_whatwg_refuses_we_refuse(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", OTHER_CASES, ids=_id)
 def test_another_scheme_is_unsupported(case: dict[str, Any]) -> None:
     assert ours(case) == "UrlError unsupported_scheme"
+
+
+_PIECES = st.sampled_from(
+    [
+        "http://",
+        "https://",
+        "HTTP:",
+        "http:/",
+        "//",
+        "@",
+        "user:pw@",
+        ":",
+        ":80",
+        ":0443",
+        "/",
+        "\\",
+        ".",
+        "..",
+        "%2e",
+        "%41",
+        "%7e",
+        "%zz",
+        "%",
+        "?",
+        "&",
+        "=",
+        "'",
+        "#",
+        "[::1]",
+        "0x7f",
+        "127.1",
+        "xn--",
+        "bücher",
+        "ß",
+        "\u200d",
+        " ",
+        "\t",
+        "|",
+        "{",
+        "^",
+        "`",
+        '"',
+        "utm_x=1",
+        "a",
+        "B",
+        "example.com",
+        "-",
+        "_",
+        "~",
+        "é",
+        "\x00",
+        "\x7f",
+    ]
+)
+_URLISH = st.lists(_PIECES | st.text(max_size=3), max_size=12).map("".join)
+
+
+def _by_ada(url: str) -> str:
+    try:
+        parts = ada_url.parse_url(url)
+    except ValueError:
+        return "UrlError"
+    return expected_by_the_rules(dict(parts))
+
+
+@settings(max_examples=1000)
+@given(
+    st.builds(lambda scheme, rest: scheme + rest, st.sampled_from(["http://", "https:"]), _URLISH)
+)
+@example("http://a.b./?'")
+@example("http://0x7f.1/%7e/x?b=1&a=2#f")
+@example("http://[::ffff:1.2.3.4]:80/")
+def test_random_urls_are_whatwgs_after_our_rules(url: str) -> None:
+    expected = _by_ada(url)
+    got = ours({"input": url, "base": None})
+    if expected == "UrlError":
+        assert got.startswith("UrlError ")
+    elif len(expected) <= 2048:
+        assert got == expected

@@ -68,7 +68,8 @@ SCOPE_ANY = "any"  # a crawl that may go to any host
 
 # The version of the canonical rules. 1: RFC 3986 parsing; 2: WHATWG parsing (three slashes,
 # IPv4 in hex, octal and short forms, hosts UTS #46 allows, "http:host") and "'" in a query
-# written %27. tests/golden/fingerprints.txt holds a corpus's fingerprints under the current one.
+# written %27. tests/golden/fingerprints.jsonl holds a corpus's fingerprints under the current
+# one: a change of the rules bumps this and writes that file anew (tests/support/urlcorpus.py).
 FINGERPRINT_SCHEME = 2
 
 # An input this many times longer than max_length is refused before any work: no real link shrinks
