@@ -14,6 +14,7 @@ from jetcrawl.contract.errors import SpecError
 from jetcrawl.contract.plugin import Page
 from jetcrawl.worker.extract import compile_extraction
 from jetcrawl.worker.extract.fields import parse_date, parse_number
+from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, MAX_DEPTH
 from tests.support.shop import ShopSite, fetch_pages, golden_lines, item_lines, job_spec, run_job
 
 
@@ -155,6 +156,18 @@ def test_no_page_makes_extraction_raise(html: str, path: str) -> None:
     output = SHOP_EXTRACTION.run(page(html, url=f"http://shop.test{path}"))
     for item in output.items:
         orjson.dumps(dict(item.data))  # every value is JSON
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 10, MAX_DEPTH + 10])
+def test_a_page_nested_too_deep_is_read_up_to_the_depth_the_parse_reads(depth: int) -> None:
+    filler = "<br>" * DEPTH_SCAN_TAGS  # enough tags for the depth to be checked
+    html = f'<p class="a">before</p>{filler}{"<div>" * depth}<p class="b">deep</p>'
+    doc = rule(a={"css": "p.a"}, b={"css": "p.b"}, c={"xpath": "//p[@class='b']"})
+    (item,) = compile_extraction(doc).run(page(html)).items
+    if depth > MAX_DEPTH:
+        assert item.data == {"a": "before", "b": None, "c": None}
+    else:
+        assert item.data == {"a": "before", "b": "deep", "c": "deep"}
 
 
 def test_main_content_as_markdown_and_text() -> None:
