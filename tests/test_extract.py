@@ -242,6 +242,7 @@ def test_the_key_field_and_the_first_matching_rule() -> None:
             "only type date",
         ),
         (rule(content={"css": "p"}), "extract.rules[0].fields.content", "rename it"),
+        (rule(**{"a.b": {"css": "p"}}), "extract.rules[0].fields.a.b", "a field name is"),
         (
             {"rules": [{"match": ".", "key": "sku", "fields": {"p": {"css": "p"}}}]},
             "extract.rules[0].key",
