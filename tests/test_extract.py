@@ -3,10 +3,12 @@ and the shop's golden items from every page of the shop."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -283,6 +285,19 @@ def test_a_good_spec_compiles_and_a_path_prefix_is_kept() -> None:
         compile_extraction(rule(p={"css": "p::text"}), path="spec.extract")
     assert refused.value.path == "spec.extract.rules[0].fields.p.css"
     assert "pseudo-elements" in refused.value.problem
+
+
+def test_the_readme_example_compiles_and_reads_a_product() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Extraction", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    extraction = compile_extraction(yaml.safe_load(example)["extract"])
+    html = PRODUCT.replace('<h1 class="name">', '<h1 class="product-name">')
+    html += '<dl><dd data-spec="sku">S-1</dd></dl><p class="availability">Out of stock</p>'
+    (item,) = extraction.run(page(html)).items
+    assert item.key == "S-1"
+    assert item.data["price"] == 1299.5 and item.data["stock"] == "Out of stock"
+    assert item.data["json_ld"][0]["sku"] == "S-1" and item.data["content"] is not None
 
 
 @pytest.mark.parametrize(
