@@ -34,7 +34,7 @@ from selectolax.lexbor import LexborHTMLParser
 from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.urls import LinkCanonicalizer
 
-__all__ = ["MAX_LINKS", "Page", "extract"]
+__all__ = ["DEPTH_SCAN_TAGS", "MAX_DEPTH", "MAX_LINKS", "Page", "depth_end", "extract"]
 
 _LINKS = "a[href], area[href]"
 MAX_DEPTH = 2_048  # elements open at once, beyond which a page is read no further
@@ -70,7 +70,7 @@ def extract(
     max_links: int = MAX_LINKS,
 ) -> Page:
     """The title and outlinks of the HTML page ``html`` fetched from ``page_url`` (canonical)."""
-    cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := _depth_end(html)) is not None
+    cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := depth_end(html)) is not None
     if cut:
         html = html[:end]
     tree = _parse(html, charset)
@@ -119,7 +119,7 @@ def extract(
     )
 
 
-def _depth_end(html: bytes) -> int | None:
+def depth_end(html: bytes) -> int | None:
     """Where ``html`` first has more than ``MAX_DEPTH`` elements open, or None. An estimate of
     the HTML tree's depth from its tags (void and self-closed ones do not nest; a closing tag
     closes one), which is all the guard needs: hostile nesting is never subtle."""
