@@ -58,7 +58,7 @@ import aetcd
 import grpc
 from aetcd import rpc, watcher
 
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, redact_urls
 from jetcrawl.plumbing.tls import TlsFiles
 from jetcrawl.registry.errors import (
     EtcdRequestError,
@@ -312,22 +312,25 @@ class Etcd:
 
 @dataclass(frozen=True, slots=True)
 class _Member:
-    url: str
+    url: str  # as errors and logs show it: without a password
     client: aetcd.Client
 
 
 def _member(url: str, tls: TlsFiles | None) -> _Member:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RegistryError(f"etcd url {url!r}: expected http://host:port or https://host:port")
+        raise RegistryError(
+            f"etcd url {redact_urls(url)!r}: expected http://host:port or https://host:port"
+        )
     host, port = parts.hostname, parts.port or 2379
+    shown = redact_urls(url)
     if parts.scheme == "http" and tls is None:
-        return _Member(url, aetcd.Client(host=host, port=port, options=CHANNEL_OPTIONS))
+        return _Member(shown, aetcd.Client(host=host, port=port, options=CHANNEL_OPTIONS))
     if parts.scheme == "http":
-        raise RegistryError(f"etcd url {url!r}: TLS files are set, so use https://")
+        raise RegistryError(f"etcd url {shown!r}: TLS files are set, so use https://")
     ca, key, cert = (tls or TlsFiles("etcd")).pem()
     credentials = grpc.ssl_channel_credentials(ca, key, cert)
-    return _Member(url, _TlsClient(host, port, credentials))
+    return _Member(shown, _TlsClient(host, port, credentials))
 
 
 class _TlsClient(aetcd.Client):

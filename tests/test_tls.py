@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jetcrawl.contract.errors import SettingsError
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Secret, Settings
 from jetcrawl.contract.topology import RESULTS_STREAM
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.bus import BusError, connect
@@ -120,3 +120,22 @@ async def test_a_key_file_that_is_not_pem_is_named(tls_nats: NatsServer, certs: 
     )
     with pytest.raises(SettingsError, match="setting nats_tls_key_file: cannot read"):
         await connect(settings, "test", give_up_s=1)
+
+
+def test_settings_show_no_password_and_no_key_material(certs: Certs) -> None:
+    settings = Settings(
+        nats_url="nats://crawler:pw-in-url@a:4222,tls://b:4222",
+        nats_user="crawler",
+        nats_password=Secret("pw-in-setting"),
+        etcd_url="https://root:etcd-pw@e1:2379,https://e2:2379",
+        nats_tls_key_file=str(certs.client_key),
+        nats_tls_cert_file=str(certs.client_cert),
+    )
+    shown = repr(settings)
+    for secret in ("pw-in-url", "pw-in-setting", "etcd-pw", *certs.key_material()):
+        assert secret not in shown
+    assert "nats_url='nats://crawler:***@a:4222,tls://b:4222'" in shown
+    assert "etcd_url='https://root:***@e1:2379,https://e2:2379'" in shown
+    assert f"nats_tls_key_file='{certs.client_key}'" in shown  # the path, not the key
+    assert "nats_password='***'" in shown
+    assert settings.nats_url.startswith("nats://crawler:pw-in-url@"), "the value itself is whole"
