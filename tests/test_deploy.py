@@ -613,6 +613,74 @@ async def test_a_service_user_reads_only_its_own_replies(
                 await client.close()
 
 
+# What each service user must not do (nats/accounts.conf), each tried as that user over TLS:
+# read another user's replies or the common inbox, purge or delete a stream, publish what
+# another role publishes (seeds, tasks, results).
+REFUSED: dict[str, list[tuple[str, str]]] = {
+    "seeder": [
+        ("subscribe", "_INBOX_dispatcher.>"),
+        ("subscribe", "_INBOX_worker.>"),
+        ("purge", TASKS_STREAM),
+        ("delete", FRONTIER_STREAM),
+        ("publish", task_subject(0)),
+    ],
+    "dispatcher": [
+        ("subscribe", "_INBOX_worker.>"),
+        ("subscribe", "_INBOX.>"),
+        ("purge", FRONTIER_STREAM),
+        ("delete", TASKS_STREAM),
+        ("publish", SEEDS),
+        ("publish", result_subject(0)),
+    ],
+    "worker": [
+        ("subscribe", "_INBOX_dispatcher.>"),
+        ("subscribe", "_INBOX.>"),
+        ("purge", BODIES_STREAM),
+        ("delete", RESULTS_STREAM),
+        ("publish", SEEDS),
+        ("publish", task_subject(0)),
+    ],
+}
+
+
+@pytest.mark.parametrize("user", list(REFUSED))
+async def test_each_service_user_is_refused_what_it_must_not_do_over_tls(
+    tmp_path: Path, passwords: dict[str, str], user: str
+) -> None:
+    async with compose_nats(tmp_path / "nats") as server:
+        assert "TLS required for client connections" in server.log_path.read_text()
+        await apply_topology(server, Settings(nats_url=server.url, shards=4))
+        admin = await connect_as(server, "admin")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        client = await connect_as(server, user, errors)
+        try:
+            await admin.jetstream().publish(task_subject(1), b"https://example.com/")
+            for action, target in REFUSED[user]:
+                if action == "subscribe":
+                    await client.subscribe(target)
+                    await refused(errors, f'subscription to "{target}"')
+                elif action == "publish":
+                    await client.publish(target, b"https://example.com/")
+                    await refused(errors, f'publish to "{target}"')
+                else:
+                    api = f"$JS.API.STREAM.{action.upper()}.{target}"
+                    with pytest.raises(NatsTimeoutError):
+                        call = client.jetstream(timeout=1)
+                        await (call.purge_stream if action == "purge" else call.delete_stream)(
+                            target
+                        )
+                    await refused(errors, f'publish to "{api}"')
+            # Nothing was changed, and the admin, who may, shows the refusals were real ones.
+            js = admin.jetstream()
+            assert (await js.stream_info(TASKS_STREAM)).state.messages == 1
+            assert len(await js.streams_info()) == len(Topology.from_settings(Settings()).streams)
+            assert await js.purge_stream(TASKS_STREAM)
+            assert (await js.stream_info(TASKS_STREAM)).state.messages == 0
+        finally:
+            for nc in (client, admin):
+                await nc.close()
+
+
 async def test_services_without_create_rights_check_the_topology_and_change_nothing(
     tmp_path: Path, passwords: dict[str, str]
 ) -> None:
