@@ -5,6 +5,8 @@ default; a wrong CA costs a command one line naming the URL and the cause, and e
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,33 @@ def test_settings_show_no_password_and_no_key_material(certs: Certs) -> None:
     assert f"nats_tls_key_file='{certs.client_key}'" in shown  # the path, not the key
     assert "nats_password='***'" in shown
     assert settings.nats_url.startswith("nats://crawler:pw-in-url@"), "the value itself is whole"
+
+
+async def test_a_service_refused_by_the_server_says_so_and_keeps_trying(
+    tls_nats: NatsServer, certs: Certs
+) -> None:
+    settings = Settings(nats_url=tls_nats.url, nats_tls_ca_file=str(certs.other_ca))
+    said = f"nats (service, {tls_nats.url}): TLS: certificate verify failed"
+    twice = asyncio.Event()
+    seen: list[str] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if said in record.getMessage():
+                seen.append(record.getMessage())
+                if len(seen) >= 2:
+                    twice.set()
+
+    bus_log = logging.getLogger("jetcrawl.plumbing.bus")
+    watch = Watch(logging.WARNING)
+    bus_log.addHandler(watch)
+    connecting = asyncio.create_task(connect(settings, "service"))  # a service: no give_up_s
+    try:
+        async with asyncio.timeout(30):
+            await twice.wait()
+        assert not connecting.done(), "a service does not give up"
+    finally:
+        bus_log.removeHandler(watch)
+        connecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await connecting
