@@ -171,3 +171,14 @@ async def test_a_service_refused_by_the_server_says_so_and_keeps_trying(
         connecting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await connecting
+
+
+async def test_a_tls_url_never_falls_back_to_plain_text(nats_server: NatsServer) -> None:
+    url = f"tls://127.0.0.1:{nats_server.port}"  # a server without TLS
+    with pytest.raises(BusError) as raised:
+        await connect(Settings(nats_url=url), "test", give_up_s=2)
+    assert (
+        str(raised.value) == f"cannot connect to NATS at {url}: TLS: the server does not offer it"
+    )
+    nc = await connect(Settings(nats_url=nats_server.url), "test", give_up_s=2)  # nats:// may
+    await nc.close()

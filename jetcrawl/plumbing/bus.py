@@ -34,6 +34,7 @@ from jetcrawl.contract.errors import JetcrawlError
 from jetcrawl.contract.settings import Settings, redact_urls
 from jetcrawl.otel.propagation import TRACEPARENT, inject
 from jetcrawl.otel.spans import end_producer, producer_span
+from jetcrawl.plumbing.natsinternals import tls_required
 from jetcrawl.plumbing.tls import TlsFiles, describe_tls_error
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ _PLAIN_ACK = frozenset({"stream", "seq", "domain", "duplicate"})  # a PubAck's f
 
 
 RECONNECT_WAIT_S = 1.0  # between two connects to one server
+NO_TLS = "the server does not offer it"
 
 
 class BusError(JetcrawlError):
@@ -135,6 +137,15 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
             if deadline is None or loop.time() >= deadline or refused is not None:
                 raise BusError(f"cannot connect to NATS at {shown}: {_cause(failures)}") from e
             continue
+        if tls and not tls_required(nc):  # TLS was asked for, and nats-py went on without it
+            await nc.close()
+            failures.append(ssl.SSLError(NO_TLS))
+            if deadline is None:
+                log.warning("nats (%s, %s): TLS: %s; trying again", name, shown, NO_TLS)
+                failures.clear()
+                await asyncio.sleep(RECONNECT_WAIT_S)
+                continue
+            raise BusError(f"cannot connect to NATS at {shown}: TLS: {NO_TLS}")
         if deadline is not None:
             nc.options["max_reconnect_attempts"] = -1  # connected: from now on, as a service
         client.append(nc)
