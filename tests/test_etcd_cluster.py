@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from jetcrawl.cli import build_parser
+from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import SettingsError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.local.embedded import EtcdCluster, EtcdServer, EtcdTls
@@ -175,3 +177,15 @@ async def test_tls_files_with_a_plain_http_endpoint_are_refused(certs: Certs) ->
     missing = settings_for("https://127.0.0.1:2379").replace(etcd_tls_ca_file="/nonexistent")
     with pytest.raises(SettingsError, match="setting etcd_tls_ca_file: cannot read /nonexistent"):
         Etcd.from_settings(missing)
+
+
+def test_etcd_endpoints_and_tls_files_reach_the_settings_from_flags() -> None:
+    argv = ["worker", "--etcd", "https://e1:2379", "--etcd", "https://e2:2379,https://e3:2379"]
+    argv += ["--etcd-ca", "ca.pem", "--etcd-cert", "c.pem", "--etcd-key", "c.key"]
+    argv += ["--nats", "tls://n:4222", "--nats-ca", "nca.pem"]
+    settings = settings_from(build_parser().parse_args(argv))
+    assert settings.etcd_url == "https://e1:2379,https://e2:2379,https://e3:2379"
+    assert (settings.etcd_tls_ca_file, settings.etcd_tls_cert_file) == ("ca.pem", "c.pem")
+    assert (settings.etcd_tls_key_file, settings.nats_tls_ca_file) == ("c.key", "nca.pem")
+    with pytest.raises(SettingsError, match="setting etcd_tls_cert_file: set both or neither"):
+        settings_from(build_parser().parse_args(["worker", "--etcd-key", "c.key"]))
