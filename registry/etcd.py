@@ -397,13 +397,19 @@ def _translated(operation: str, timeout_s: float) -> Iterator[None]:
         raise EtcdTimeout(operation, timeout_s) from None
     except aetcd.ConnectionFailedError as exc:
         raise EtcdUnavailable(operation, _detail(exc)) from exc
+    except aetcd.InternalError as exc:  # gRPC's INTERNAL: a stream cut by a member's death
+        raise EtcdUnavailable(operation, _detail(exc)) from exc
     except aetcd.RevisionCompactedError as exc:
         raise RevisionCompacted(operation, int(exc.compacted_revision)) from exc
     except aetcd.ClientError as exc:
         raise EtcdRequestError(operation, _detail(exc)) from exc
     except aetcd.rpc.AioRpcError as exc:  # from paths aetcd does not wrap (watch cancel, close)
         code = exc.code()
-        if code in (aetcd.rpc.StatusCode.UNAVAILABLE, aetcd.rpc.StatusCode.CANCELLED):
+        if code in (
+            aetcd.rpc.StatusCode.UNAVAILABLE,
+            aetcd.rpc.StatusCode.CANCELLED,
+            aetcd.rpc.StatusCode.INTERNAL,
+        ):
             raise EtcdUnavailable(operation, _detail(Exception(exc.details()))) from exc
         if code == aetcd.rpc.StatusCode.DEADLINE_EXCEEDED:
             raise EtcdTimeout(operation, timeout_s) from exc
