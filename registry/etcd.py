@@ -10,9 +10,9 @@ live in ``registry.py``, which owns the policy.
 
 Endpoints (``etcd_url``, comma-separated) are members of one cluster. Calls go to one member at a
 time; when it fails (unavailable or no answer in time) the next member becomes the current one, and
-a call that etcd cannot have applied (the member was unreachable) is tried there at once within the
-same deadline, so a lease's keepalive goes on through another member. A ``create`` is not tried
-again: it may have been applied before the connection broke, and its caller retries by reading.
+a call that failed fast (refused, or its stream cut) is tried there at once within the same
+deadline, so a lease's keepalive goes on through another member. Only idempotent calls are: a
+``create`` may have been applied before its stream broke, and its caller retries by reading.
 aetcd was kept over etcd3aio (whose several endpoints must be IPv4 literals, no host names, and
 which retries every call on a deadline, writes included) and over stubs generated anew from
 etcd's protos (the same channel and stubs aetcd already has); the choice was made by
@@ -285,8 +285,10 @@ class Etcd:
             except EtcdUnavailable as exc:
                 self._failed(member, exc.detail)
                 tries -= 1
-                unapplied = not isinstance(exc, EtcdTimeout)  # refused: never reached etcd
-                if not (again and unapplied and tries > 0 and loop.time() < deadline):
+                # A member that failed fast (refused, or its stream cut) leaves time to try the
+                # next; after a timeout the deadline is spent. Only idempotent calls go ``again``.
+                failed_fast = not isinstance(exc, EtcdTimeout)
+                if not (again and failed_fast and tries > 0 and loop.time() < deadline):
                     raise
 
     async def _on(

@@ -139,10 +139,8 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
             continue
         if tls and not tls_required(nc):  # TLS was asked for, and nats-py went on without it
             await nc.close()
-            failures.append(ssl.SSLError(NO_TLS))
             if deadline is None:
                 log.warning("nats (%s, %s): TLS: %s; trying again", name, shown, NO_TLS)
-                failures.clear()
                 await asyncio.sleep(RECONNECT_WAIT_S)
                 continue
             raise BusError(f"cannot connect to NATS at {shown}: TLS: {NO_TLS}")
