@@ -7,7 +7,7 @@ ownership.py   ShardOwner (the worker side the Registry drives), read_ownership(
 membership.py  read_members()
 records.py     WorkerInfo and the shard claim, as stored in etcd
 view.py        the cluster as last seen, merged from listings and the watch by revision
-etcd.py        the aetcd wrapper: a deadline on every call, errors translated once
+etcd.py        the aetcd wrapper: endpoints with failover, TLS, call deadlines, errors translated
 keys.py        the key layout under /jetcrawl/<cluster>/
 errors.py      RegistryError and its tree
 """

@@ -14,7 +14,7 @@ __all__ = ["read_members"]
 async def read_members(settings: Settings) -> dict[str, WorkerInfo]:
     """Live workers of ``settings.cluster`` by id, sorted; raises ``RegistryError`` subclasses."""
     keys = Keys(settings.cluster)
-    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:
+    async with Etcd.from_settings(settings) as etcd:
         listing = await etcd.get_prefix(keys.workers)
     members: dict[str, WorkerInfo] = {}
     for entry in sorted(listing.entries, key=lambda e: e.key):

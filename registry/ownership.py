@@ -36,7 +36,7 @@ async def read_ownership(settings: Settings, etcd: Etcd | None = None) -> dict[i
     """
     keys = Keys(settings.cluster)
     if etcd is None:
-        async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as own:
+        async with Etcd.from_settings(settings) as own:
             listing = await own.get_prefix(keys.shards)
     else:
         listing = await etcd.get_prefix(keys.shards)

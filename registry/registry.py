@@ -65,7 +65,7 @@ class Registry:
         self._info = info
         self._owner = owner
         self._keys = Keys(settings.cluster)
-        self._etcd = Etcd(settings.etcd_url, settings.etcd_timeout_s)
+        self._etcd = Etcd.from_settings(settings)
 
         # --- lease and registration
         self._lease: int | None = None  # None until registered, and while registering again

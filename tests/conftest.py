@@ -6,6 +6,7 @@ nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
 etcd_server   a started single-member EtcdServer
 site          a started MultiHostSite (tests/support/site.py) with a fixed seed
 example_plugin  the example plugin package installed in this venv (tests/support/exampleplugin.py)
+certs         a test CA with server and client certificates as PEM files (tests/support/certs.py)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from nats.js import JetStreamContext
 
 import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
+from tests.support.certs import Certs, make_certs
 from tests.support.exampleplugin import ensure_installed
 from tests.support.site import MultiHostSite
 
@@ -67,3 +69,8 @@ async def site() -> AsyncIterator[MultiHostSite]:
 @pytest.fixture(scope="session")
 def example_plugin() -> None:
     ensure_installed()
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Certs:
+    return make_certs(tmp_path / "certs")

@@ -63,6 +63,7 @@ from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.dispatcher.intake import Intake
 from jetcrawl.local.embedded import (
     EtcdServer,
+    EtcdTls,
     NatsServer,
     etcd_binary,
     free_ports,
@@ -73,6 +74,7 @@ from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import inbox_prefix
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
+from tests.support import tools
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.site import MultiHostSite
@@ -84,6 +86,9 @@ SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NATS_CONFIG_DIR = ROOT / "nats"
 USERS = ("admin", "seeder", "dispatcher", "worker")
 PASSWORD_VARIABLES = tuple(f"NATS_{user.upper()}_PASSWORD" for user in USERS)
+NATS_TLS_VARIABLES = ("NATS_TLS_CERT_FILE", "NATS_TLS_KEY_FILE")  # nats/common.conf's tls block
+CERTS_MOUNT = "/certs/"  # where compose mounts deploy/certs/dev
+MAKE_DEV_CERTS = ROOT / "deploy" / "certs" / "make-dev-certs.sh"
 JETCRAWL_IMAGE = "jetcrawl:local"
 JETCRAWL = (sys.executable, "-m", "jetcrawl")  # the image's entrypoint, `jetcrawl`
 
@@ -286,6 +291,24 @@ def test_ports_and_health_checks_match_what_the_services_serve() -> None:
             assert str(mapping).startswith("127.0.0.1:"), f"{name}: {mapping}"
 
 
+def test_the_servers_take_clients_only_over_tls_and_every_service_verifies_them() -> None:
+    mount = f"./deploy/certs/dev:{CERTS_MOUNT.rstrip('/')}:ro"
+    nats = SERVICES["nats"]
+    assert mount in nats["volumes"]
+    assert all(nats["environment"][v].startswith(CERTS_MOUNT) for v in NATS_TLS_VARIABLES)
+    assert "tls {" in (NATS_CONFIG_DIR / "common.conf").read_text()
+    etcd = dict(f.removeprefix("--").split("=", 1) for f in SERVICES["etcd"]["command"][1:])
+    assert mount in SERVICES["etcd"]["volumes"] and etcd["client-cert-auth"] == "true"
+    assert etcd["listen-client-urls"].startswith("https://")
+    for name in jetcrawl_services():
+        settings = Settings.from_env(settings_variables(compose_environment(name, {})))
+        assert mount in SERVICES[name]["volumes"], name
+        assert settings.nats_tls_ca_file.startswith(CERTS_MOUNT), name
+        assert settings.etcd_url.startswith("https://") and settings.etcd_tls_cert_file, name
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "/deploy/certs/dev/" in ignored, "generated keys are never committed"
+
+
 def test_start_order_is_enforced_by_health_checks_and_depends_on() -> None:
     def conditions(name: str) -> dict[str, str]:
         return {dep: c["condition"] for dep, c in SERVICES[name]["depends_on"].items()}
@@ -339,14 +362,14 @@ def test_passwords_come_from_the_environment_with_marked_local_defaults() -> Non
     users = dict(re.findall(r"user: (\w+), password: \$(\w+)", accounts))
     assert users == dict(zip(USERS, PASSWORD_VARIABLES, strict=True))
     nats_env = SERVICES["nats"]["environment"]
-    assert set(nats_env) == set(PASSWORD_VARIABLES)
+    assert set(nats_env) == {*PASSWORD_VARIABLES, *NATS_TLS_VARIABLES}
     text = (ROOT / "compose.yaml").read_text()
     for variable in re.findall(r"\$\{(\w+)", text):
         assert variable in PASSWORD_VARIABLES, f"only passwords are interpolated: {variable}"
     for default in re.findall(r"\$\{\w+:-([^}]*)\}", text):
         assert default.startswith("local-dev-only-"), default
     mine = {v: f"p{secrets.token_hex(4)}" for v in PASSWORD_VARIABLES}
-    assert compose_environment("nats", mine) == mine, "a set password replaces the default"
+    assert compose_environment("nats", mine).items() >= mine.items(), "a set one replaces a default"
 
 
 def test_compose_runs_the_server_versions_the_tests_run() -> None:
@@ -366,16 +389,38 @@ def test_compose_runs_the_server_versions_the_tests_run() -> None:
 
 
 @pytest.fixture
-def passwords(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Fresh passwords of the documented shape, in the environment nats-server inherits."""
+def dev_certs(tmp_path: Path) -> Path:
+    """The directory deploy/certs/make-dev-certs.sh fills: what compose mounts at /certs."""
+    openssl = tools.require("openssl", "deploy/certs/make-dev-certs.sh makes the dev certificates")
+    directory = tmp_path / "certs"
+    env = {**os.environ, "PATH": f"{Path(openssl).parent}:{os.environ.get('PATH', '')}"}
+    subprocess.run(["sh", MAKE_DEV_CERTS, directory], check=True, capture_output=True, env=env)
+    return directory
+
+
+def localized(value: str, certs: Path) -> str:
+    """A compose value with the mounted certificates' paths made this machine's."""
+    return value.replace(CERTS_MOUNT, f"{certs}/")
+
+
+@pytest.fixture
+def passwords(monkeypatch: pytest.MonkeyPatch, dev_certs: Path) -> dict[str, str]:
+    """Fresh passwords of the documented shape, in the environment nats-server inherits, and
+    its TLS certificate as compose gives it. Clients of this process verify the server against
+    the dev CA as a system CA (OpenSSL's SSL_CERT_FILE); the services get it by their setting."""
     chosen = {variable: f"p{secrets.token_hex(12)}" for variable in PASSWORD_VARIABLES}
     for variable, value in chosen.items():
         monkeypatch.setenv(variable, value)
+    for variable in NATS_TLS_VARIABLES:
+        monkeypatch.setenv(
+            variable, localized(SERVICES["nats"]["environment"][variable], dev_certs)
+        )
+    monkeypatch.setenv("SSL_CERT_FILE", str(dev_certs / "ca.pem"))
     return chosen
 
 
 def test_nats_configs_are_valid_and_refuse_to_start_without_passwords(
-    passwords: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    passwords: dict[str, str], monkeypatch: pytest.MonkeyPatch, dev_certs: Path
 ) -> None:
     def check(config: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -388,7 +433,8 @@ def test_nats_configs_are_valid_and_refuse_to_start_without_passwords(
     for config in ("nats-server.conf", "cluster.conf"):
         assert check(config).returncode == 0, check(config).stderr
     for variable, default in compose_environment("nats", {}).items():
-        monkeypatch.setenv(variable, default)  # nats-server reads a variable as a config token
+        # nats-server reads a variable as a config token
+        monkeypatch.setenv(variable, localized(default, dev_certs))
     assert check("nats-server.conf").returncode == 0, "compose's defaults are valid passwords"
     monkeypatch.delenv("NATS_WORKER_PASSWORD")
     refused = check("nats-server.conf")
@@ -406,6 +452,8 @@ def test_nats_box_contexts_are_users_of_the_config() -> None:
         ("seeder", "seeder", "NATS_SEEDER_PASSWORD"),
     ]
     assert "--select" in saved[1][3], "`nats pub crawl.seeds URL` publishes as the seeder"
+    assert all(f"--tlsca {CERTS_MOUNT}ca.pem" in options for *_, options in saved)
+    assert f"./deploy/certs/dev:{CERTS_MOUNT.rstrip('/')}:ro" in service["volumes"]
     assert set(service["environment"]) == {"NATS_ADMIN_PASSWORD", "NATS_SEEDER_PASSWORD"}
 
 
@@ -565,6 +613,74 @@ async def test_a_service_user_reads_only_its_own_replies(
                 await client.close()
 
 
+# What each service user must not do (nats/accounts.conf), each tried as that user over TLS:
+# read another user's replies or the common inbox, purge or delete a stream, publish what
+# another role publishes (seeds, tasks, results).
+REFUSED: dict[str, list[tuple[str, str]]] = {
+    "seeder": [
+        ("subscribe", "_INBOX_dispatcher.>"),
+        ("subscribe", "_INBOX_worker.>"),
+        ("purge", TASKS_STREAM),
+        ("delete", FRONTIER_STREAM),
+        ("publish", task_subject(0)),
+    ],
+    "dispatcher": [
+        ("subscribe", "_INBOX_worker.>"),
+        ("subscribe", "_INBOX.>"),
+        ("purge", FRONTIER_STREAM),
+        ("delete", TASKS_STREAM),
+        ("publish", SEEDS),
+        ("publish", result_subject(0)),
+    ],
+    "worker": [
+        ("subscribe", "_INBOX_dispatcher.>"),
+        ("subscribe", "_INBOX.>"),
+        ("purge", BODIES_STREAM),
+        ("delete", RESULTS_STREAM),
+        ("publish", SEEDS),
+        ("publish", task_subject(0)),
+    ],
+}
+
+
+@pytest.mark.parametrize("user", list(REFUSED))
+async def test_each_service_user_is_refused_what_it_must_not_do_over_tls(
+    tmp_path: Path, passwords: dict[str, str], user: str
+) -> None:
+    async with compose_nats(tmp_path / "nats") as server:
+        assert "TLS required for client connections" in server.log_path.read_text()
+        await apply_topology(server, Settings(nats_url=server.url, shards=4))
+        admin = await connect_as(server, "admin")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        client = await connect_as(server, user, errors)
+        try:
+            await admin.jetstream().publish(task_subject(1), b"https://example.com/")
+            for action, target in REFUSED[user]:
+                if action == "subscribe":
+                    await client.subscribe(target)
+                    await refused(errors, f'subscription to "{target}"')
+                elif action == "publish":
+                    await client.publish(target, b"https://example.com/")
+                    await refused(errors, f'publish to "{target}"')
+                else:
+                    api = f"$JS.API.STREAM.{action.upper()}.{target}"
+                    with pytest.raises(NatsTimeoutError):
+                        call = client.jetstream(timeout=1)
+                        await (call.purge_stream if action == "purge" else call.delete_stream)(
+                            target
+                        )
+                    await refused(errors, f'publish to "{api}"')
+            # Nothing was changed, and the admin, who may, shows the refusals were real ones.
+            js = admin.jetstream()
+            assert (await js.stream_info(TASKS_STREAM)).state.messages == 1
+            assert len(await js.streams_info()) == len(Topology.from_settings(Settings()).streams)
+            assert await js.purge_stream(TASKS_STREAM)
+            assert (await js.stream_info(TASKS_STREAM)).state.messages == 0
+        finally:
+            for nc in (client, admin):
+                await nc.close()
+
+
 async def test_services_without_create_rights_check_the_topology_and_change_nothing(
     tmp_path: Path, passwords: dict[str, str]
 ) -> None:
@@ -672,10 +788,17 @@ async def test_the_dispatchers_rights_cover_its_recovery_paths(
 class ComposeMesh:
     """The compose services as local processes: their commands and environments, localized."""
 
-    def __init__(self, workdir: Path, hosts: Mapping[str, str], passwords: Mapping[str, str]):
+    def __init__(
+        self,
+        workdir: Path,
+        hosts: Mapping[str, str],
+        passwords: Mapping[str, str],
+        certs: Path,
+    ) -> None:
         self._workdir = workdir
         self._hosts = hosts  # compose "host:port" -> local "127.0.0.1:port"
         self._passwords = passwords
+        self._certs = certs  # what compose mounts at /certs
         self.services: dict[str, Service] = {}
         self.metrics_ports: dict[str, int] = {}
 
@@ -686,7 +809,7 @@ class ComposeMesh:
             for compose_host, local in self._hosts.items():
                 value = value.replace(f"//{compose_host}", f"//{local}")
             assert not re.search(r"//(nats|etcd|jaeger)[:/]", value), f"unmapped: {value}"
-            env[key] = value
+            env[key] = localized(value, self._certs)
         return {**env, **TEST_ONLY}
 
     async def run(self, compose_service: str, name: str) -> Service:
@@ -749,6 +872,20 @@ class ComposeMesh:
 
 
 @pytest.fixture
+async def compose_etcd(tmp_path: Path, dev_certs: Path) -> AsyncIterator[EtcdServer]:
+    """etcd serving its clients as compose's does: TLS, with client certificates required."""
+    flags = dict(f.removeprefix("--").split("=", 1) for f in SERVICES["etcd"]["command"][1:])
+    tls = EtcdTls(
+        Path(localized(flags["cert-file"], dev_certs)),
+        Path(localized(flags["key-file"], dev_certs)),
+        client_ca=Path(localized(flags["trusted-ca-file"], dev_certs)),
+    )
+    assert flags["client-cert-auth"] == "true"
+    async with EtcdServer(tmp_path / "etcd", tls=tls) as server:
+        yield server
+
+
+@pytest.fixture
 async def receiver() -> AsyncIterator[OtlpReceiver]:
     async with OtlpReceiver() as started:
         yield started
@@ -773,7 +910,8 @@ def traced_across_services(spans: Sequence[ReceivedSpan]) -> bool:
 async def test_the_compose_services_crawl_as_local_processes(
     tmp_path: Path,
     passwords: dict[str, str],
-    etcd_server: EtcdServer,
+    dev_certs: Path,
+    compose_etcd: EtcdServer,
     site: MultiHostSite,
     receiver: OtlpReceiver,
 ) -> None:
@@ -787,10 +925,10 @@ async def test_the_compose_services_crawl_as_local_processes(
 
         hosts = {
             "nats:4222": host_port(server.url),
-            "etcd:2379": host_port(etcd_server.url),
+            "etcd:2379": host_port(compose_etcd.url),
             "jaeger:4318": host_port(receiver.endpoint),
         }
-        mesh = ComposeMesh(tmp_path, hosts, passwords)
+        mesh = ComposeMesh(tmp_path, hosts, passwords, dev_certs)
         settings = Settings.from_env(settings_variables(mesh.environment("worker")))
         admin = await connect_as(server, "admin")
         js = admin.jetstream()

@@ -6,7 +6,8 @@ ScaledObject is a CRD outside those schemas, so its fields are checked here by h
 the deployment promises: the restricted Pod Security Standard on every pod, probes on the
 services' endpoint, a worker grace period that covers its drain, passwords only from a Secret,
 NetworkPolicies that keep the workers off private addresses, replicas and autoscaling, and
-settings the code accepts.
+settings the code accepts, and TLS: every server takes clients only over TLS from the Secret
+jetcrawl-tls, and every pod mounts only the files of it that it needs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -28,6 +30,7 @@ from jetcrawl.cli import build_parser
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 from jetcrawl.local.embedded import etcd_binary, nats_server_binary
 from tests.support import tools
+from tests.support.certs import Certs
 from tests.test_deploy import DOCKERFILE, PASSWORD_VARIABLES, SERVICES, compose_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -482,7 +485,7 @@ def test_network_policies_let_the_services_reach_their_servers_and_workers_only_
 
 
 def test_the_servers_run_compose_images_with_flags_they_know(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, certs: Certs
 ) -> None:
     """nats-server and etcd are the ones tests/test_deploy.py checks against the local
     binaries (same images as compose); here those binaries take the manifests' own flags."""
@@ -503,6 +506,8 @@ def test_the_servers_run_compose_images_with_flags_they_know(
     monkeypatch.setenv("NATS_SERVER_NAME", "nats-0")
     for variable in PASSWORD_VARIABLES:
         monkeypatch.setenv(variable, f"p{secrets.token_hex(8)}")
+    monkeypatch.setenv("NATS_TLS_CERT_FILE", str(certs.server_cert))  # mounted from jetcrawl-tls
+    monkeypatch.setenv("NATS_TLS_KEY_FILE", str(certs.server_key))
     args = [
         a.replace("/etc/nats/", f"{ROOT / 'nats'}/").replace("/data/", f"{tmp_path}/")
         for a in nats["args"]
@@ -528,3 +533,70 @@ def test_the_servers_run_compose_images_with_flags_they_know(
     help_ = subprocess.run([etcd_binary(), "--help"], capture_output=True, text=True)
     for flag in etcd["command"][1:]:
         assert f"\n  {flag.split('=')[0]} " in help_.stdout + help_.stderr, flag
+
+
+# ---------------------------------------------------------------- TLS
+
+TLS_SECRET = "jetcrawl-tls"
+
+
+def tls_files(spec: Object, container: Object) -> dict[str, str]:
+    """The files of the Secret jetcrawl-tls this container sees: path -> the Secret's key."""
+    volumes = {v["name"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+    files: dict[str, str] = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"])
+        if secret is None or secret["secretName"] != TLS_SECRET:
+            continue
+        assert mount.get("readOnly") is True and secret["defaultMode"] == 0o440, mount
+        for item in secret["items"]:
+            files[f"{mount['mountPath']}/{item['path']}"] = item["key"]
+    return files
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_server_and_service_talks_tls_with_only_the_files_it_needs(overlay: str) -> None:
+    objects = render(overlay)
+    specs = dict(pod_specs(objects))
+    # nats-server: nats/common.conf's tls block reads its certificate from these variables.
+    nats_spec = specs["StatefulSet/nats"]
+    [nats] = [c for c in nats_spec["containers"] if c["name"] == "nats"]
+    nats_env = {e["name"]: e.get("value") for e in nats["env"]}
+    files = tls_files(nats_spec, nats)
+    assert set(files.values()) == {"nats.pem", "nats.key"}
+    assert files[nats_env["NATS_TLS_CERT_FILE"]] == "nats.pem"
+    assert files[nats_env["NATS_TLS_KEY_FILE"]] == "nats.key"
+    [config] = [v["configMap"]["name"] for v in nats_spec["volumes"] if "configMap" in v]
+    assert "$NATS_TLS_CERT_FILE" in find(objects, "ConfigMap", config)["data"]["common.conf"]
+    # etcd: clients over TLS with a client certificate; metrics and probes on a plain port.
+    etcd_spec = specs["StatefulSet/etcd"]
+    [etcd] = etcd_spec["containers"]
+    flags = dict(f.removeprefix("--").split("=", 1) for f in etcd["command"][1:])
+    files = tls_files(etcd_spec, etcd)
+    assert set(files.values()) == {"ca.pem", "etcd.pem", "etcd.key"}
+    assert flags["listen-client-urls"].startswith("https://")
+    assert flags["advertise-client-urls"].startswith("https://")
+    assert files[flags["cert-file"]] == "etcd.pem" and files[flags["key-file"]] == "etcd.key"
+    assert files[flags["trusted-ca-file"]] == "ca.pem" and flags["client-cert-auth"] == "true"
+    metrics_port = urlsplit(flags["listen-metrics-urls"]).port
+    assert port_number(etcd, "metrics") == metrics_port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert port_number(etcd, etcd[probe]["httpGet"]["port"]) == metrics_port
+    template = find(objects, "StatefulSet", "etcd")["spec"]["template"]
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == str(metrics_port)
+    # jetcrawl: the CA of both servers, every etcd member listed (failover), and a client
+    # certificate for the workers only (the dispatcher and the topology Job never use etcd).
+    replicas = find(objects, "StatefulSet", "etcd")["spec"]["replicas"]
+    for name, container in jetcrawl_containers(objects):
+        env = environment(objects, container)
+        settings = Settings.from_env({k: v for k, v in env.items() if k.startswith(ENV_PREFIX)})
+        files = tls_files(specs[name], container)
+        assert files[settings.nats_tls_ca_file] == "ca.pem", name
+        endpoints = settings.etcd_url.split(",")
+        assert len(endpoints) == replicas and all(e.startswith("https://") for e in endpoints)
+        if name == "Deployment/worker":
+            assert files[settings.etcd_tls_ca_file] == "ca.pem"
+            assert files[settings.etcd_tls_cert_file] == "client.pem"
+            assert files[settings.etcd_tls_key_file] == "client.key"
+        else:
+            assert set(files.values()) == {"ca.pem"}, name

@@ -38,6 +38,7 @@ from jetcrawl.plumbing.natsinternals import (
     pending_queue,
     send_unsubscribe,
     taken,
+    tls_required,
 )
 from tests.support.streams import add_replicated
 
@@ -187,3 +188,7 @@ async def test_a_missing_owner_is_said_and_its_attributes_are_not_guessed(
     assert "Subscription._pending_queue: not checked, no Subscription to look at" in str(
         raised.value
     )
+
+
+async def test_tls_required_is_what_the_server_says(nc: NATS) -> None:
+    assert tls_required(nc) is False  # the TLS servers of tests/test_tls.py say True

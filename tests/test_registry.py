@@ -97,7 +97,7 @@ def settings(etcd_server: EtcdServer) -> Settings:
 @pytest.fixture
 async def etcd(settings: Settings) -> AsyncIterator[Etcd]:
     """A second client, the test's own view of etcd."""
-    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as client:
+    async with Etcd.from_settings(settings) as client:
         yield client
 
 

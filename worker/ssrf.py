@@ -25,7 +25,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, redact_urls
 
 __all__ = ["AddressGuard", "Blocked", "refusal"]
 
@@ -120,7 +120,7 @@ class AddressGuard:
                 port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 0)
                 infos = await loop.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
             except (OSError, ValueError) as e:
-                log.warning("cannot resolve %s to guard it: %r", url, e)
+                log.warning("cannot resolve %s to guard it: %r", redact_urls(url), e)
                 continue
             for *_, address in infos:
                 ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])

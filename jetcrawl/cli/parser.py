@@ -17,9 +17,17 @@ DESCRIPTION = "A distributed web crawler on NATS JetStream and etcd."
 
 def _connection_flags(p: argparse.ArgumentParser, etcd: bool = False) -> None:
     p.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+    _tls_flags(p, "nats")
     _timeout_flag(p)
     if etcd:
-        p.add_argument("--etcd", dest="etcd_url", help="etcd endpoint, http://host:port")
+        p.add_argument(
+            "--etcd",
+            dest="etcd_urls",
+            action="append",
+            metavar="URL",
+            help="etcd endpoint(s), http(s)://host:port, comma-separated or repeated (failover)",
+        )
+        _tls_flags(p, "etcd")
         p.add_argument("--cluster", help="name of this crawl cluster in etcd")
     p.add_argument(
         "--shards", type=positive, help="shard count (fixed when the topology is created)"
@@ -60,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="create or update them on the server instead (as a NATS user that may)",
     )
     p.add_argument("--nats", dest="nats_url", help="NATS server URL(s) for --apply")
+    _tls_flags(p, "nats")
     _timeout_flag(p)
     p.add_argument(
         "--write",
@@ -133,6 +142,7 @@ def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     for name, text in [("list", "show dead letters"), ("replay", "send them back, then drop them")]:
         a = actions.add_parser(name, help=text)
         a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        _tls_flags(a, "nats")
         _timeout_flag(a)
         a.add_argument("--stage", help="only this stage: seeds, discovered, task, fetch, poison")
         a.add_argument("--reason", help="only this reason (max_deliveries, retries_exhausted, ...)")
@@ -149,6 +159,25 @@ def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--follow", action="store_true", help="keep writing results as they arrive")
     p.add_argument("--format", choices=["jsonl", "warc"], help="default: from the file name")
     p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
+
+
+def _tls_flags(p: argparse.ArgumentParser, server: str) -> None:
+    name = server.upper() if server == "nats" else server
+    p.add_argument(
+        f"--{server}-ca",
+        dest=f"{server}_tls_ca_file",
+        metavar="FILE",
+        help=f"verify {name} servers against this CA (PEM); turns TLS on",
+    )
+    p.add_argument(
+        f"--{server}-cert",
+        dest=f"{server}_tls_cert_file",
+        metavar="FILE",
+        help=f"client certificate (PEM) for a {name} server that requires one",
+    )
+    p.add_argument(
+        f"--{server}-key", dest=f"{server}_tls_key_file", metavar="FILE", help="its private key"
+    )
 
 
 def _timeout_flag(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from jetcrawl import __version__
 from jetcrawl.cli.runtime import on_signals, tune_gc
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, redact_urls
 from jetcrawl.plumbing.logs import set_service
 
 if TYPE_CHECKING:
@@ -44,7 +44,11 @@ async def run_dispatcher(settings: Settings) -> None:
             metrics.bind(dispatcher)
             readiness.add("nats", nats_ready(dispatcher.nc, settings))
             on_signals(dispatcher.stop)
-            log.info("dispatcher running (nats %s, %d shards)", settings.nats_url, settings.shards)
+            log.info(
+                "dispatcher running (nats %s, %d shards)",
+                redact_urls(settings.nats_url),
+                settings.shards,
+            )
             await dispatcher.run()
         log.info("dispatcher stopped: %s", dispatcher.stats)
     finally:
@@ -84,7 +88,7 @@ async def run_worker(settings: Settings) -> None:
             async with Registry(settings, info, worker) as registry:
                 readiness.add("etcd", registry_ready(registry))
                 on_signals(stopping.set)
-                log.info("worker %s running (etcd %s)", worker_id, settings.etcd_url)
+                log.info("worker %s running (etcd %s)", worker_id, redact_urls(settings.etcd_url))
                 await stopping.wait()
                 log.info("worker %s stopping: releasing shards", worker_id)
             worker.stop()  # the registry has drained and released every shard, revoked the lease

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, get_args, get_origin, get_type_hints
@@ -69,8 +70,19 @@ class Settings:
     nats_url: str = DEFAULT_NATS_URL
     nats_user: str = ""
     nats_password: Secret = NO_SECRET
-    etcd_url: str = DEFAULT_ETCD_URL
+    etcd_url: str = DEFAULT_ETCD_URL  # one endpoint or several, comma-separated (failover)
     cluster: str = "default"
+
+    # --- TLS (README "Security: TLS and users"): a CA file, or a tls:// (https:// for etcd)
+    # URL, turns TLS on with the server's certificate verified (against the system's CAs without
+    # a CA file); a client certificate and its key are for servers that require one. Paths only:
+    # no key material is ever held in the settings.
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
+    etcd_tls_ca_file: str = ""
+    etcd_tls_cert_file: str = ""
+    etcd_tls_key_file: str = ""
 
     # --- topology (fixed when the streams are created)
     shards: int = DEFAULT_SHARDS
@@ -231,6 +243,19 @@ class Settings:
             raise SettingsError("log_format", f"must be text or json, got {self.log_format!r}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError("metrics_port", f"must be a TCP port or 0, got {self.metrics_port}")
+        for server in ("nats", "etcd"):
+            cert, key = f"{server}_tls_cert_file", f"{server}_tls_key_file"
+            if bool(getattr(self, cert)) != bool(getattr(self, key)):
+                raise SettingsError(cert if not getattr(self, cert) else key, "set both or neither")
+
+    def __repr__(self) -> str:
+        # A URL's userinfo (nats://user:password@host) is a secret too: shown without it.
+        shown = (
+            f"{f.name}={redact_urls(value)!r}" if f.name.endswith("_url") else f"{f.name}={value!r}"
+            for f in fields(self)
+            for value in (getattr(self, f.name),)
+        )
+        return f"Settings({', '.join(shown)})"
 
     @property
     def waiting_max(self) -> int:
@@ -276,6 +301,14 @@ class Settings:
         if "nats_password" in values:
             values["nats_password"] = Secret(values["nats_password"])
         return cls(**values)
+
+
+def redact_urls(urls: str) -> str:
+    """``urls`` (comma-separated) as a log may show them: a password in one becomes ``***``."""
+    return ",".join(_USERINFO_PASSWORD.sub(r"\1***@", url) for url in urls.split(","))
+
+
+_USERINFO_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@/]*@", re.IGNORECASE)
 
 
 def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:

@@ -178,7 +178,7 @@ async def _wait_for_workers(
     from jetcrawl.registry.etcd import Etcd
 
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
-    async with Etcd(settings.etcd_url, settings.etcd_timeout_s) as etcd:
+    async with Etcd.from_settings(settings) as etcd:
         while time.monotonic() < deadline:
             if interrupt.requested.is_set():
                 raise Interrupted("interrupted before the crawl started")

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,11 @@ from nats.js.errors import APIError, NoStreamResponseError
 from opentelemetry.trace import Span, Tracer, get_current_span, set_span_in_context
 
 from jetcrawl.contract.errors import JetcrawlError
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, redact_urls
 from jetcrawl.otel.propagation import TRACEPARENT, inject
 from jetcrawl.otel.spans import end_producer, producer_span
+from jetcrawl.plumbing.natsinternals import tls_required
+from jetcrawl.plumbing.tls import TlsFiles, describe_tls_error
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ _PLAIN_ACK = frozenset({"stream", "seq", "domain", "duplicate"})  # a PubAck's f
 
 
 RECONNECT_WAIT_S = 1.0  # between two connects to one server
+NO_TLS = "the server does not offer it"
 
 
 class BusError(JetcrawlError):
@@ -70,20 +74,30 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
     """
     client: list[NATS] = []
     failures: list[Exception] = []
+    shown = redact_urls(settings.nats_url)
+    servers = [url.strip() for url in settings.nats_url.split(",") if url.strip()]
+    tls = _tls(settings, servers)
+    attempt: list[asyncio.Timeout] = []  # the connect under way
 
     async def on_error(e: Exception) -> None:
+        if isinstance(e, ssl.SSLError) and not client:
+            # nats-py would wait forever for the socket whose TLS upgrade failed to close
+            # (start_tls leaves the stream's close unsignalled): end this attempt now.
+            attempt[-1].reschedule(loop.time())
+            failures.append(e)  # said in the BusError, or logged, in the loop below
+            return
         if give_up_s is not None and not client:
             failures.append(e)  # said once, in the BusError, if the command gives up
             return
-        log.warning("nats error (%s, %s): %r", name, settings.nats_url, e)
+        log.warning("nats error (%s, %s): %r", name, shown, e)
 
     async def on_disconnect() -> None:
         if client and (client[0].is_closed or client[0].is_draining):
             return  # our own close()
-        log.warning("nats disconnected (%s, %s)", name, settings.nats_url)
+        log.warning("nats disconnected (%s, %s)", name, shown)
 
     async def on_reconnect() -> None:
-        log.info("nats reconnected (%s, %s)", name, settings.nats_url)
+        log.info("nats reconnected (%s, %s)", name, shown)
 
     loop = asyncio.get_running_loop()
     deadline = None if give_up_s is None else loop.time() + give_up_s
@@ -92,33 +106,60 @@ async def connect(settings: Settings, name: str, *, give_up_s: float | None = No
         if deadline is not None:
             timeout_s = min(timeout_s, max(0.5, deadline - loop.time()))
         try:
-            nc = await nats.connect(
-                servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
-                name=name,
-                inbox_prefix=inbox_prefix(settings),
-                user=settings.nats_user or None,
-                password=str(settings.nats_password) or None,
-                connect_timeout=max(1, round(timeout_s)),
-                ping_interval=int(max(1, settings.nats_ping_interval_s)),
-                max_outstanding_pings=settings.nats_max_outstanding_pings,
-                # A command tries each server twice per round (nats-py: 0 would mean forever).
-                max_reconnect_attempts=-1 if deadline is None else 1,
-                reconnect_time_wait=RECONNECT_WAIT_S,
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-            )
+            async with asyncio.timeout(None) as timeout:
+                attempt.append(timeout)
+                nc = await nats.connect(
+                    servers=servers,
+                    name=name,
+                    **tls,
+                    inbox_prefix=inbox_prefix(settings),
+                    user=settings.nats_user or None,
+                    password=str(settings.nats_password) or None,
+                    connect_timeout=max(1, round(timeout_s)),
+                    ping_interval=int(max(1, settings.nats_ping_interval_s)),
+                    max_outstanding_pings=settings.nats_max_outstanding_pings,
+                    # A command tries each server twice per round (nats-py: 0 would mean forever).
+                    max_reconnect_attempts=-1 if deadline is None else 1,
+                    reconnect_time_wait=RECONNECT_WAIT_S,
+                    error_cb=on_error,
+                    disconnected_cb=on_disconnect,
+                    reconnected_cb=on_reconnect,
+                )
         except (TimeoutError, NatsError, OSError) as e:
             failures.append(e)
-            if deadline is None or loop.time() >= deadline:
-                raise BusError(
-                    f"cannot connect to NATS at {settings.nats_url}: {_cause(failures)}"
-                ) from e
+            refused = next((f for f in failures if isinstance(f, ssl.SSLError)), None)
+            if deadline is None and refused is not None:
+                failures.clear()
+                log.warning("nats (%s, %s): %s; trying again", name, shown, _cause([refused]))
+                await asyncio.sleep(RECONNECT_WAIT_S)
+                continue
+            # A refused certificate will not be accepted by trying again.
+            if deadline is None or loop.time() >= deadline or refused is not None:
+                raise BusError(f"cannot connect to NATS at {shown}: {_cause(failures)}") from e
             continue
+        if tls and not tls_required(nc):  # TLS was asked for, and nats-py went on without it
+            await nc.close()
+            if deadline is None:
+                log.warning("nats (%s, %s): TLS: %s; trying again", name, shown, NO_TLS)
+                await asyncio.sleep(RECONNECT_WAIT_S)
+                continue
+            raise BusError(f"cannot connect to NATS at {shown}: TLS: {NO_TLS}")
         if deadline is not None:
             nc.options["max_reconnect_attempts"] = -1  # connected: from now on, as a service
         client.append(nc)
         return nc
+
+
+def _tls(settings: Settings, servers: list[str]) -> dict[str, Any]:
+    """nats-py's TLS options: a verifying context when a TLS file is set or a URL says tls://.
+
+    nats-py itself upgrades to TLS whenever a server requires it, with a default context; ours
+    adds the CA and the client certificate of the settings.
+    """
+    files = TlsFiles.nats(settings)
+    if not files.configured and not any(url.startswith("tls://") for url in servers):
+        return {}
+    return {"tls": files.ssl_context()}
 
 
 def inbox_prefix(settings: Settings) -> str:
@@ -128,8 +169,11 @@ def inbox_prefix(settings: Settings) -> str:
 
 
 def _cause(failures: list[Exception]) -> str:
-    """The most telling of the failures, in words: an OS error (refused, unreachable, no such
-    name) over the "no servers available" that nats-py says after it."""
+    """The most telling of the failures, in words: a TLS failure, then an OS error (refused,
+    unreachable, no such name) over the "no servers available" that nats-py says after it."""
+    for e in reversed(failures):
+        if isinstance(e, ssl.SSLError):
+            return describe_tls_error(e)
     for e in reversed(failures):
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (is nats-server running there?)"

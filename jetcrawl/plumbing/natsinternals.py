@@ -12,7 +12,8 @@ These are what that relies on, each as a small typed function here:
     Subscription._pending_size        their bytes (``pending_bytes``)         taken
     Subscription._id                  the sid an UNSUB names                  send_unsubscribe
     Client._send_unsubscribe(sid)     UNSUB without dropping the local sub    send_unsubscribe
-    Client._server_info               the server's INFO                       in_cluster
+    Client._server_info               the server's INFO                       in_cluster,
+                                                                            tls_required
 
 ``RELIED_ON`` states the same as data, and ``check`` verifies it on a live pull subscription,
 raising ``NatsInternalsChanged`` naming each attribute that is gone or changed and the installed
@@ -101,6 +102,12 @@ async def send_unsubscribe(nc: NATS, sub: Subscription) -> None:
 def in_cluster(nc: NATS) -> bool:
     """Whether the server the client is connected to is part of a cluster (its INFO says so)."""
     return bool(nc._server_info.get("cluster"))
+
+
+def tls_required(nc: NATS) -> bool:
+    """Whether the server the client is connected to requires TLS, so the connection uses it
+    (nats-py connects in plain text to a server that does not, whatever the URL says)."""
+    return bool(nc._server_info.get("tls_required"))
 
 
 # --- the contract ------------------------------------------------------------------------------

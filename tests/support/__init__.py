@@ -1,5 +1,6 @@
 """What the tests stand on, besides the fixtures in ``tests/conftest.py``.
 
+certs     a test CA with server and client certificates as PEM files (trustme)
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
 exampleplugin  the example plugin package installed into the test venv (fast when it is)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter

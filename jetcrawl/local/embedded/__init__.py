@@ -4,10 +4,10 @@
 
 process.py     a server binary as a subprocess (the base of both), binaries, free ports
 natsserver.py  NatsServer: one nats-server with JetStream; NatsCluster: n of them on loopback
-etcdserver.py  EtcdServer: a single-member etcd
+etcdserver.py  EtcdServer: one etcd member, optionally over TLS; EtcdCluster: n of them on loopback
 """
 
-from jetcrawl.local.embedded.etcdserver import EtcdServer
+from jetcrawl.local.embedded.etcdserver import EtcdCluster, EtcdServer, EtcdTls
 from jetcrawl.local.embedded.natsserver import NatsCluster, NatsServer
 from jetcrawl.local.embedded.process import (
     EmbeddedServerError,
@@ -20,7 +20,9 @@ from jetcrawl.local.embedded.process import (
 
 __all__ = [
     "EmbeddedServerError",
+    "EtcdCluster",
     "EtcdServer",
+    "EtcdTls",
     "NatsCluster",
     "NatsServer",
     "etcd_binary",
