@@ -209,6 +209,7 @@ class TaskProcessor:
                     verdict.crawl_delay_s,
                     deferrable=a.deferrals < self._settings.max_deferrals,
                     unless=abandoned,
+                    shard=a.owner.shard,
                 )
             )
         except asyncio.CancelledError:

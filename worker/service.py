@@ -219,6 +219,7 @@ class Worker:
         assert self._js is not None and self._processor is not None and self._tg is not None
         if shard in self._pullers or self._stopping.is_set():
             return
+        self.politeness.handover(shard)
         sub = await self._js.pull_subscribe_bind(durable=shard_consumer(shard), stream=TASKS_STREAM)
         puller = ShardPuller(
             Ownership(shard, fence), sub, self._holding, self._keepalive, self._processor.process
