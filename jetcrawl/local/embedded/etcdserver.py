@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 from jetcrawl.local.embedded.process import (
@@ -24,7 +25,8 @@ ETCD_ELECTION_TIMEOUT_MS = 100
 
 
 class EtcdServer(ServerProcess):
-    """A single-member etcd with its data in ``data_dir``, on loopback.
+    """A single-member etcd with its data in ``data_dir``, on ``host`` (loopback), behind
+    ``prefix`` (see ``ServerProcess``).
 
     Client and peer ports are ``port`` / ``peer_port`` or picked free at construction, and kept
     across restarts.
@@ -41,6 +43,8 @@ class EtcdServer(ServerProcess):
         ready_timeout_s: float = READY_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
         threads: int | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         super().__init__(
@@ -49,7 +53,9 @@ class EtcdServer(ServerProcess):
             ready_timeout_s=ready_timeout_s,
             stop_timeout_s=stop_timeout_s,
             threads=threads,
+            prefix=prefix,
         )
+        self.host = host
         self.member_name = name
         if port is None or peer_port is None:
             picked = free_ports(2)
@@ -60,11 +66,11 @@ class EtcdServer(ServerProcess):
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     def _command(self) -> list[str]:
         flags = {
