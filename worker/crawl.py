@@ -144,9 +144,10 @@ class TaskProcessor:
         if await self.unpublished.settled(seq):
             await self._outbox.ack(msg)  # its result is stored: a copy of a task done here
             self.stats.copies_acked += 1
+            log.info("task %d delivered again after its result was stored: acked", seq)
             return
         try:
-            with self._telemetry.processing(msg, owner.shard):
+            with self.unpublished.in_hand(seq), self._telemetry.processing(msg, owner.shard):
                 await self._process(msg, owner, abandoned)
         finally:
             self._holding.pop(seq, None)
@@ -454,16 +455,14 @@ class TaskProcessor:
         if letter is not None:
             outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
         seq = msg.metadata.sequence.stream
-        with self.unpublished.publishing(seq):
-            failed = await self._publish(outgoing, links, crawl_id, hold=True)
-            if failed is None:
-                self.unpublished.stored(seq)
+        failed = await self._publish(outgoing, links, crawl_id, hold=True)
         if failed is not None:
             log.warning(
                 "publishing the result of %s failed, handing it back: %s", result.url, failed
             )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
+        self.unpublished.stored(seq)  # before the ack: a copy delivered from now on is acked too
         await self._outbox.ack(msg)
         self._first_tried.pop(seq, None)
         self.stats.tasks += 1

@@ -1,15 +1,16 @@
-"""Results not yet stored: their tasks held until JetStream stores them, redeliveries recognised.
+"""Tasks in hand until their results are stored, so that a redelivery of one is never fetched.
 
 A page is never fetched again because its result could not be published. While NATS cannot be
 reached (this worker cut off, its server without a quorum), a result's publish fails with no
 answer; the worker keeps the result and its links, its task still held (its in-progress acks go
 out again once the connection is back), and publishes them again until they are stored, then
-acks. If AckWait passed meanwhile, JetStream delivers the task again, to this worker, the
-shard's owner: that delivery waits for the held result and is acked with it (acks match by
-stream sequence), never fetched. A task whose ack was lost on its way comes back the same way
-and is acked again. Bounded: what is held is among the worker's held tasks (``concurrency +
-waiting_max``), so a worker holding that many results pulls no more; counted in the worker's
-``CrawlStats``.
+acks. If AckWait passed meanwhile (the in-progress acks did not get through either), JetStream
+delivers the task again, to this worker, the shard's owner, while it still has the task in hand
+(waiting for its host, fetching, or publishing): that delivery waits for the first one and, if
+its result was stored, is acked with it (acks match by stream sequence), never fetched. A task
+whose ack was lost on its way comes back the same way and is acked again. Bounded: what is
+in hand is among the worker's held tasks (``concurrency + waiting_max``), so a worker holding that
+many results pulls no more; counted in the worker's ``CrawlStats``.
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ class _Held:
 
 class Unpublished:
     def __init__(self) -> None:
-        self._held: dict[int, _Held] = {}  # stream sequence -> the result on its way
+        self._held: dict[int, _Held] = {}  # stream sequence -> the task in hand
         self._acked: OrderedDict[int, None] = OrderedDict()  # stored and acked, lately
 
     @contextmanager
-    def publishing(self, seq: int) -> Iterator[None]:
-        """While the result of the task at stream sequence ``seq`` is being published."""
+    def in_hand(self, seq: int) -> Iterator[None]:
+        """While the task at stream sequence ``seq`` is crawled (call ``settled`` first)."""
         held = self._held[seq] = _Held()
         try:
             yield
@@ -72,9 +73,9 @@ class Unpublished:
 
     async def settled(self, seq: int) -> bool:
         """Whether a delivery of the task at ``seq`` is one whose result is stored here already
-        (waiting for a result still on its way); False: crawl it."""
-        held = self._held.get(seq)
-        if held is not None:
+        (waiting for a delivery of it in hand); False: crawl it, ``in_hand`` at once."""
+        while (held := self._held.get(seq)) is not None:  # one in hand: wait for it
             await held.done.wait()
-            return held.stored
+            if held.stored:
+                return True
         return seq in self._acked
