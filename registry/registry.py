@@ -119,6 +119,12 @@ class Registry:
     def lease_id(self) -> int | None:
         return self._lease
 
+    def holds_lease(self) -> bool:
+        """Whether the local lease deadline is still ahead: the worker asks before each fetch, so
+        a process that was paused past it (SIGSTOP, a long GC) starts no fetch before the fence
+        loop has even run."""
+        return not self._fenced and time.monotonic() < self._deadline
+
     @property
     def fenced(self) -> bool:
         """Whether the local lease deadline passed without a renewal (the owner is stopped)."""

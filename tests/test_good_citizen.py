@@ -436,6 +436,27 @@ async def test_a_result_that_still_cannot_be_stored_is_held_past_ack_wait_until_
     assert await redelivered(js) == 0
 
 
+async def test_past_its_lease_deadline_a_worker_hands_a_task_back_instead_of_fetching(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    """The registry's ``holds_lease`` is asked at the host's turn: no fetch past the deadline
+    (a worker paused past it starts none before its fence loop runs)."""
+    asked: list[bool] = []
+
+    def holds_lease() -> bool:  # past the deadline once, then renewed
+        asked.append(len(asked) > 0)
+        return asked[-1]
+
+    async with site_of("127.0.0.2", 0) as site, crawling(settings_for(nats_server)) as worker:
+        worker.fence_on(holds_lease)
+        await seed(js, [site.url("/")])
+        await drained(js)
+    [result] = (await results(js)).values()
+    assert asked[:2] == [False, True]
+    assert site.hits["/"] == 1, "not fetched past the deadline"
+    assert result.attempt == 2, "handed back at once: the next delivery fetched it"
+
+
 def test_a_refused_publish_is_not_held_an_unanswered_one_is() -> None:
     refused = PublishFailed("crawl.results.0", BadRequestError(code=400, description="too big"))
     unanswered = PublishFailed("crawl.results.0", NoRespondersError())

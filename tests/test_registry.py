@@ -426,6 +426,7 @@ async def test_etcd_down_fences_the_owners_before_the_ttl_and_a_renewal_resumes_
         ]
         await converged([first, second], ["w1", "w2"])
         before = (first.owned, second.owned)
+        assert first.holds_lease() and second.holds_lease()
 
         await etcd_server.stop()
         stopped_at = time.monotonic()
@@ -436,7 +437,7 @@ async def test_etcd_down_fences_the_owners_before_the_ttl_and_a_renewal_resumes_
         # Fenced: every pull stopped before etcd could have expired the lease (the last renewal
         # was sent before etcd went down), and the owned shards are kept.
         for reg, owner in ((first, first_owner), (second, second_owner)):
-            assert reg.fenced
+            assert reg.fenced and not reg.holds_lease()
             [fenced_at] = owner.lease_lost_at
             assert fenced_at - stopped_at < settings.lease_ttl_s
             assert owner.pulling == {}
@@ -447,6 +448,7 @@ async def test_etcd_down_fences_the_owners_before_the_ttl_and_a_renewal_resumes_
             await reg.wait_for(lambda r=reg: not r.fenced, timeout_s=CONVERGE_S)
         # etcd renewed the leases on its restart: the same shards resume, same fences.
         assert (first_owner.pulling, second_owner.pulling) == before
+        assert first.holds_lease() and second.holds_lease()
         third, _ = await join(stack, settings, "w3")
         after = await converged([first, second, third], ["w1", "w2", "w3"])
         assert await read_ownership(settings) == after

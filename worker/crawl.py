@@ -20,6 +20,7 @@ import heapq
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
@@ -117,6 +118,9 @@ class TaskProcessor:
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
         self.stats = CrawlStats()
         self.unpublished = Unpublished()  # results held until stored, and their redeliveries
+        # Whether the lease is still ours by its local deadline (the registry's holds_lease),
+        # asked before each fetch; without a registry (tests), always.
+        self.holds_lease: Callable[[], bool] = lambda: True
         # With tracing on, each page's links carry its trace context: one message per page.
         self._links_out = DiscoveredOutbox(
             outbox, 0.0 if telemetry.traced else settings.links_linger_s, self.stats
@@ -232,6 +236,9 @@ class TaskProcessor:
             return Again(0.0, "lease lost", AGAIN_AT_ONCE)  # the next owner takes it at once
         if isinstance(turn, Deferred):
             return Again(turn.delay_s, "handed back, host busy", AGAIN_HANDED_BACK)
+        if not self.holds_lease():  # fenced, or about to be: another worker may own the host
+            self._politeness.done(turn)
+            return Again(0.0, "lease deadline passed", AGAIN_AT_ONCE)
         return turn
 
     async def _fetch_step(

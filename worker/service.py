@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 from nats.aio.client import Client as NATS
@@ -148,6 +149,11 @@ class Worker:
                 reporting.cancel()
                 await self._reporter.report()  # the hand-backs it leaves due
         self._tg = None
+
+    def fence_on(self, holds_lease: Callable[[], bool]) -> None:
+        """Start no fetch unless ``holds_lease()`` (the registry's local lease deadline)."""
+        assert self._processor is not None, "start() first"
+        self._processor.holds_lease = holds_lease
 
     async def wait_running(self) -> None:
         await self._running.wait()
