@@ -28,8 +28,10 @@ from pathlib import Path
 import pytest
 
 from jetcrawl.contract.topology import TASKS_STREAM
+from jetcrawl.contract.urls import shard_of
 from jetcrawl.local.embedded import EtcdServer, NatsCluster
 from jetcrawl.plumbing.bus import PUBLISH_TIMEOUT_S
+from jetcrawl.registry import assign
 from tests.support.ledger import Ledger
 from tests.support.mesh import Mesh
 from tests.support.netns import Network, Node
@@ -70,14 +72,17 @@ class Partitioned:
     def nats_nodes(self) -> list[Node]:
         return [self.node(str(s.server_name)) for s in self.cluster.servers]
 
-    async def start_crawl(self) -> None:
-        await self.mesh.start("dispatcher", "dispatcher", prefix=self.node("dispatcher").prefix)
-        for name in WORKERS:
-            await self.mesh.start("worker", name, prefix=self.node(name).prefix)
-        await self.mesh.wait_ownership(set(WORKERS), within_s=START_WITHIN_S)
+    async def start_crawl(self, *workers: str) -> None:
+        await self.start_services(*(workers or WORKERS))
         self.seeded_at = time.monotonic()
         await self.mesh.seed(self.site.seeds)
         await self.mesh.wait_results(len(self.site.reachable) // 4)
+
+    async def start_services(self, *workers: str) -> None:
+        await self.mesh.start("dispatcher", "dispatcher", prefix=self.node("dispatcher").prefix)
+        for name in workers:
+            await self.mesh.start("worker", name, prefix=self.node(name).prefix)
+        await self.mesh.wait_ownership(set(workers), within_s=START_WITHIN_S)
 
     async def cut_for(self, a: Node, *others: Node, seconds: float = CUT_S) -> None:
         await self.net.cut(a, *others)
@@ -94,6 +99,27 @@ class Partitioned:
         assert twice(self.site.requests) == {}, "pages fetched again"
         assert too_close(self.site.requests, HOST_DELAY_S) == [], "two workers on one host"
         return ledger
+
+
+def joining_name(p: Partitioned) -> str:
+    """A worker id that, joining w1 and w2, takes a shard of at least two of the site's hosts
+    (which shards move is a function of the ids; which hosts are in them, of the addresses)."""
+    shards = p.mesh.settings.shards
+    hosted = {shard_of(host.split(":")[0], shards) for host in p.site.hosts}
+    for n in itertools.count(3):
+        name = f"w{n}"
+        taken = {s for s, owner in assign(shards, ["w1", "w2", name]).items() if owner == name}
+        if len(taken & hosted) >= 2:
+            return name
+    raise AssertionError("unreachable")
+
+
+def moved_hosts(p: Partitioned) -> set[str]:
+    """The site's hosts that more than one worker asked for pages."""
+    peers: dict[str, set[str]] = defaultdict(set)
+    for request in pages(p.site.requests):
+        peers[request.url.split("/")[2]].add(request.peer)
+    return {host for host, asked in peers.items() if len(asked) > 1}
 
 
 def pages(requests: list[SiteRequest]) -> list[SiteRequest]:
@@ -174,6 +200,20 @@ async def partitioned(net: Network, tmp_path: Path) -> AsyncIterator[Partitioned
 async def test_baseline_without_a_cut(partitioned: Partitioned) -> None:
     await partitioned.start_crawl()
     await partitioned.verify(cut_s=0.0)
+
+
+async def test_a_worker_joining_mid_crawl_takes_shards_without_rushing_their_hosts(
+    partitioned: Partitioned,
+) -> None:
+    """A graceful handover: the old owners drain and release, the new one waits a host delay
+    from taking each shard before asking its hosts (the old owner's last request was before)."""
+    p = partitioned
+    joiner = joining_name(p)
+    await p.start_crawl("w1", "w2")
+    await p.mesh.start("worker", joiner, prefix=p.node("w3").prefix)
+    await p.mesh.wait_ownership({"w1", "w2", joiner}, within_s=START_WITHIN_S)
+    await p.verify(cut_s=0.0)
+    assert moved_hosts(p), "no host changed hands mid-crawl: the check above checked nothing"
 
 
 async def test_a_worker_cut_from_nats_holds_its_results_and_fetches_nothing_twice(
