@@ -20,14 +20,17 @@ Failure policy, the choice this module makes:
   stops pulling every shard: others may own them already), owned shards are forgotten, and the
   worker registers again with a new lease and rejoins; its shards come back the normal way. After
   SIGSTOP/SIGCONT the overdue keepalive runs as soon as the loop runs, so this takes well under 1 s.
-- **etcd unreachable** (refused, reset, no answer within ``etcd_timeout_s``) is NOT a lost lease.
-  Nobody can take our shards while etcd is down, and etcd renews every lease to its full TTL when it
-  regains a leader, so after an outage the lease is normally still ours. The worker keeps crawling
-  the shards it owns while the registry keeps retrying (keepalive every interval, the watch with a
-  backoff); rebalancing resumes when etcd answers. If the lease did expire meanwhile, the first
-  keepalive that gets through says so and the lease-lost path runs. The price: if etcd lives on
-  but this worker alone is cut off from it, the lease expires, another worker may take a shard
-  while this one still crawls it, and some pages are fetched twice (results are idempotent).
+- **etcd unreachable** (refused, reset, no answer within ``etcd_timeout_s``) is not yet a lost
+  lease, but the worker cannot tell "etcd is down for everyone" (nobody can take our shards, and
+  etcd renews every lease when it regains a leader) from "we alone are cut off" (the lease expires
+  and another worker takes our shards at once). So the registry **fences on a local lease
+  deadline**: the send time of the last keepalive that etcd answered, plus the TTL it granted,
+  minus ``FENCE_MARGIN`` of it. etcd renewed the lease after that send, so the deadline passes
+  before etcd can expire the lease. When it passes without a renewal, the rebalancer stops and
+  ``owner.on_lease_lost()`` stops every pull and fetch (the shard keys stay ours in ``owned``).
+  The first keepalive that gets through decides: a live lease resumes every owned shard
+  (``on_acquired`` again, same fences) and rebalancing; an expired one runs the lease-lost path.
+  The price: while etcd is down for everyone, crawling pauses a TTL after the outage began.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ log = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 0.1  # first delay before retrying etcd after a failure; it doubles up to:
 RETRY_MAX_S = 2.0  # (or the keepalive interval, if shorter)
+# The share of the lease TTL by which the local deadline comes before etcd's expiry: it covers the
+# time the worker takes to stop fetching once the deadline passes, and clock rate differences.
+FENCE_MARGIN = 0.1
 
 
 class Registry:
@@ -72,6 +78,10 @@ class Registry:
         self._worker_fence = 0  # revision of our worker key: we delete only our own
         self._check_lease = asyncio.Event()  # keep alive now: our worker key vanished from view
         self._outage_since: float | None = None  # monotonic time etcd stopped answering
+        self._deadline = 0.0  # monotonic time after which the lease may have expired in etcd
+        self._renewed = asyncio.Event()  # the deadline moved: the fence loop looks again
+        self._fenced = False  # the deadline passed: the owner was stopped, owned shards kept
+        self._fencing = asyncio.Lock()  # fencing and resuming, one at a time
 
         # --- the cluster as etcd last showed it
         self._view = ClusterView(self._keys, settings.shards)
@@ -108,6 +118,17 @@ class Registry:
     @property
     def lease_id(self) -> int | None:
         return self._lease
+
+    def holds_lease(self) -> bool:
+        """Whether the local lease deadline is still ahead: the worker asks before each fetch, so
+        a process that was paused past it (SIGSTOP, a long GC) starts no fetch before the fence
+        loop has even run."""
+        return not self._fenced and time.monotonic() < self._deadline
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the local lease deadline passed without a renewal (the owner is stopped)."""
+        return self._fenced
 
     @property
     def outage_s(self) -> float:
@@ -159,6 +180,7 @@ class Registry:
         self._loops = [
             self._tasks.create_task(self._keep_lease(), name=f"{self.worker_id}: keepalive"),
             self._tasks.create_task(self._watch(listing), name=f"{self.worker_id}: watch"),
+            self._tasks.create_task(self._fence(), name=f"{self.worker_id}: fence"),
         ]
         self._start_rebalancer()
         return self
@@ -196,7 +218,9 @@ class Registry:
     # --- registration and the lease
 
     async def _register(self) -> None:
+        sent = time.monotonic()
         lease = await self._etcd.grant_lease(self._settings.lease_ttl_s)
+        self._renew_deadline(sent, self._settings.lease_ttl_s)
         await self._put_worker_key(lease)
         self._lease = lease
         log.info("%s registered with lease %x", self.worker_id, lease)
@@ -224,6 +248,7 @@ class Registry:
             lease = self._lease
             assert lease is not None  # only this loop clears it, and returns if it stays None
             try:
+                sent = time.monotonic()
                 ttl = await self._etcd.keep_alive(lease)
                 if ttl > 0 and asked and self.worker_id not in self._view.members:
                     log.warning(
@@ -238,6 +263,45 @@ class Registry:
                 await self._recover_lost_lease(lease)
                 if self._lease is None:
                     return  # closing: no new lease
+            else:
+                self._renew_deadline(sent, ttl)
+                await self._resume()
+
+    def _renew_deadline(self, sent: float, ttl_s: float) -> None:
+        ttl_s = min(ttl_s, self._settings.lease_ttl_s)
+        self._deadline = sent + ttl_s * (1 - FENCE_MARGIN)
+        self._renewed.set()
+
+    async def _fence(self) -> None:
+        """Stop the owner when the local lease deadline passes without a renewal."""
+        while True:
+            self._renewed.clear()
+            if await wait_set(self._renewed, self._deadline - time.monotonic()):
+                continue
+            async with self._fencing:
+                if not (self._fenced or self._lease is None or self._closing):
+                    self._fenced = True
+                    log.warning(
+                        "%s: no lease renewal from etcd by the deadline: fenced, every shard "
+                        "stopped until etcd renews the lease",
+                        self.worker_id,
+                    )
+                    await self._stop_rebalancer()
+                    await self._owner.on_lease_lost()
+                    self._notify()
+            await self._renewed.wait()
+
+    async def _resume(self) -> None:
+        """After a fence, a renewed lease: the owned shards are still ours, pull them again."""
+        async with self._fencing:
+            if not self._fenced:
+                return
+            self._fenced = False
+            log.info("%s: lease renewed: resuming %d shards", self.worker_id, len(self._owned))
+            for shard, fence in sorted(self._owned.items()):
+                await self._owner.on_acquired(shard, fence)
+            self._start_rebalancer()
+            self._notify()
 
     async def _recover_lost_lease(self, lease: int) -> None:
         log.warning(
@@ -246,9 +310,12 @@ class Registry:
             lease,
         )
         self._lease = None
-        await self._stop_rebalancer()
-        await self._owner.on_lease_lost()
-        self._owned.clear()
+        async with self._fencing:
+            await self._stop_rebalancer()
+            if not self._fenced:  # a fence stopped the owner already
+                await self._owner.on_lease_lost()
+            self._fenced = False
+            self._owned.clear()
         self._notify()
         if self._closing:
             return
@@ -266,7 +333,11 @@ class Registry:
 
     def _etcd_failed(self, exc: RegistryError) -> None:
         if self._outage_since is None:
-            log.warning("%s: etcd fails, keeping our shards meanwhile: %s", self.worker_id, exc)
+            log.warning(
+                "%s: etcd fails, keeping our shards until the lease deadline: %s",
+                self.worker_id,
+                exc,
+            )
             self._outage_since = time.monotonic()
         else:
             log.debug("%s: etcd still fails: %s", self.worker_id, exc)

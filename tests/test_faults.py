@@ -33,6 +33,8 @@ WORKERS = ("w1", "w2", "w3")
 # While leaders are elected the cluster answers nothing, or "no responders", or times out.
 UNAVAILABLE = (NatsError, JetStreamError, TimeoutError)
 LEDGER_READ_WITHIN_S = 60.0
+FENCED = "fenced, every shard stopped"  # a worker's log line when its lease deadline passed
+RESUMED = "lease renewed: resuming"  # ... and when etcd renewed its lease after all
 
 
 @pytest.fixture
@@ -179,7 +181,7 @@ async def test_losing_quorum_fails_publishes_then_the_crawl_finishes_with_nothin
         assert service.proc.returncode is None, f"{service.name} died:\n{service.log()[-3000:]}"
 
 
-async def test_etcd_down_workers_keep_crawling_and_rebalancing_resumes_after(
+async def test_etcd_down_workers_fence_themselves_and_resume_their_own_shards_after(
     mesh: Mesh, etcd_server: EtcdServer, big_site: MultiHostSite
 ) -> None:
     await start_crawl(mesh, big_site)
@@ -187,13 +189,23 @@ async def test_etcd_down_workers_keep_crawling_and_rebalancing_resumes_after(
     before = await mesh.ownership()
     await etcd_server.stop()
     stopped_at = time.monotonic()
-    during = await mesh.result_count()
 
-    await mesh.wait_results(during + 50, within_s=OUTAGE_S)  # crawling on without etcd
+    async def all_fenced() -> bool:  # nobody can prove its ownership: every worker stops
+        return all(FENCED in mesh.services[name].log() for name in WORKERS)
+
+    await eventually(all_fenced, within_s=mesh.settings.lease_ttl_s + 2)
+    fenced = await mesh.result_count()
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped_at)))  # the outage
+    # Fenced workers start no fetch: what was in flight at the fence is all that was added.
+    assert await mesh.result_count() - fenced <= len(WORKERS) * mesh.settings.concurrency
     await etcd_server.start()
 
     assert await mesh.wait_ownership(set(WORKERS)) == before, "nobody lost shards meanwhile"
+
+    async def all_resumed() -> bool:  # etcd renewed the leases when it came back
+        return all(RESUMED in mesh.services[name].log() for name in WORKERS)
+
+    await eventually(all_resumed, within_s=mesh.settings.lease_ttl_s + 5)
     await mesh.start("worker", "w4")
     after = await mesh.wait_ownership({*WORKERS, "w4"}, within_s=30)
     assert sorted(Counter(after.values()).values()) == [4, 4, 4, 4]

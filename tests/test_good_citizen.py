@@ -17,7 +17,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
+from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.messages import Result, Task, WorkerReport
@@ -33,10 +35,12 @@ from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.status import Status, read_reports
+from jetcrawl.plumbing.bus import PublishFailed
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker import Worker
 from jetcrawl.worker.crawl import PUBLISH_TRIES
+from jetcrawl.worker.unpublished import unreachable
 from tests.support.badsite import BadSite
 from tests.support.streams import eventually, stored
 
@@ -406,24 +410,62 @@ async def test_a_result_jetstream_could_not_store_is_published_again_in_place(
     assert await redelivered(js) == 0
 
 
-async def test_a_result_that_still_cannot_be_stored_hands_its_task_back(
+async def test_a_result_that_still_cannot_be_stored_is_held_past_ack_wait_until_it_is(
     nats_server: NatsServer, js: JetStreamContext
 ) -> None:
+    """No answer for longer than ``PUBLISH_TRIES`` and AckWait: the result is held (the task kept
+    in progress) and stored once JetStream answers; the page is fetched once, the task not
+    handed back."""
     settings = settings_for(nats_server)
     async with site_of("127.0.0.2", 0) as site, crawling(settings) as worker:
         await js.delete_stream(RESULTS_STREAM)
         await seed(js, [site.url("/")])
 
-        async def handed_back() -> bool:
-            return worker.stats.retried > 0
+        async def holding() -> bool:
+            return worker.stats.results_held > 0
 
-        await eventually(handed_back)
-        assert worker.stats.publish_retries == PUBLISH_TRIES - 1
+        await eventually(holding)
+        assert worker.stats.publish_retries >= PUBLISH_TRIES - 1
+        await asyncio.sleep(settings.ack_wait_s)  # the outage goes on past AckWait
         await ensure(js, settings)
         await drained(js)
+        assert worker.stats.retried == 0
     [result] = (await results(js)).values()
-    assert result.attempt == 2, "the nak was a delivery: the second one stored it"
-    assert site.hits["/"] == 2
+    assert result.attempt == 1
+    assert site.hits["/"] == 1
+    assert await redelivered(js) == 0
+
+
+async def test_past_its_lease_deadline_a_worker_hands_a_task_back_instead_of_fetching(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    """The registry's ``holds_lease`` is asked at the host's turn: no fetch past the deadline
+    (a worker paused past it starts none before its fence loop runs)."""
+    asked: list[bool] = []
+
+    def holds_lease() -> bool:  # past the deadline once, then renewed
+        asked.append(len(asked) > 0)
+        return asked[-1]
+
+    async with site_of("127.0.0.2", 0) as site, crawling(settings_for(nats_server)) as worker:
+        worker.fence_on(holds_lease)
+        await seed(js, [site.url("/")])
+        await drained(js)
+    [result] = (await results(js)).values()
+    assert asked[:2] == [False, True]
+    assert site.hits["/"] == 1, "not fetched past the deadline"
+    assert result.attempt == 2, "handed back at once: the next delivery fetched it"
+
+
+def test_a_refused_publish_is_not_held_an_unanswered_one_is() -> None:
+    refused = PublishFailed("crawl.results.0", BadRequestError(code=400, description="too big"))
+    unanswered = PublishFailed("crawl.results.0", NoRespondersError())
+    busy = PublishFailed("crawl.results.0", ServiceUnavailableError(code=503))
+    assert (unreachable(refused), unreachable(unanswered), unreachable(busy)) == (
+        False,
+        True,
+        True,
+    )
 
 
 # --- redirects and the SSRF guard inside a crawl

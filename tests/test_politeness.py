@@ -64,6 +64,17 @@ def test_the_delay_is_ours_raised_by_crawl_delay_up_to_the_cap() -> None:
 # --- turns
 
 
+async def test_a_handed_over_shard_s_hosts_wait_a_delay_from_the_handover() -> None:
+    p, _, _ = politeness(host_delay_s=0.3)
+    p.handover(3)
+    handed_over = time.monotonic()
+    other = await p.turn("b.example", None, deferrable=True, unless=never(), shard=4)
+    assert isinstance(other, Turn) and other.started - handed_over < 0.3, "another shard: at once"
+    got = await p.turn("a.example", None, deferrable=True, unless=never(), shard=3)
+    assert isinstance(got, Turn)
+    assert got.started - handed_over >= 0.3, "the previous owner may have just asked it"
+
+
 async def test_one_host_waits_its_delay_while_another_host_goes_at_once() -> None:
     p, fetch, _ = politeness(host_delay_s=0.3)
     first = await turn(p, "slow.example")

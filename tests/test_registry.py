@@ -417,7 +417,7 @@ async def test_every_call_has_a_deadline_even_when_etcd_hangs(
         await raw.close()
 
 
-async def test_owned_shards_are_kept_while_etcd_is_down_and_rebalancing_resumes(
+async def test_etcd_down_fences_the_owners_before_the_ttl_and_a_renewal_resumes_them(
     settings: Settings, etcd_server: EtcdServer
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
@@ -426,22 +426,33 @@ async def test_owned_shards_are_kept_while_etcd_is_down_and_rebalancing_resumes(
         ]
         await converged([first, second], ["w1", "w2"])
         before = (first.owned, second.owned)
+        assert first.holds_lease() and second.holds_lease()
 
         await etcd_server.stop()
+        stopped_at = time.monotonic()
         for reg in (first, second):  # down for longer than a lease lives
             await reg.wait_for(
                 outage_over(reg, settings.lease_ttl_s), timeout_s=settings.lease_ttl_s + 3
             )
+        # Fenced: every pull stopped before etcd could have expired the lease (the last renewal
+        # was sent before etcd went down), and the owned shards are kept.
+        for reg, owner in ((first, first_owner), (second, second_owner)):
+            assert reg.fenced and not reg.holds_lease()
+            [fenced_at] = owner.lease_lost_at
+            assert fenced_at - stopped_at < settings.lease_ttl_s
+            assert owner.pulling == {}
         assert (first.owned, second.owned) == before
-        assert first_owner.lease_lost_at == second_owner.lease_lost_at == []
 
         await etcd_server.start()
         for reg in (first, second):
-            await reg.wait_for(answering(reg), timeout_s=CONVERGE_S)
+            await reg.wait_for(lambda r=reg: not r.fenced, timeout_s=CONVERGE_S)
+        # etcd renewed the leases on its restart: the same shards resume, same fences.
+        assert (first_owner.pulling, second_owner.pulling) == before
+        assert first.holds_lease() and second.holds_lease()
         third, _ = await join(stack, settings, "w3")
         after = await converged([first, second, third], ["w1", "w2", "w3"])
         assert await read_ownership(settings) == after
-        assert first_owner.lease_lost_at == second_owner.lease_lost_at == []
+        assert len(first_owner.lease_lost_at) == len(second_owner.lease_lost_at) == 1
 
 
 async def test_the_watch_resumes_after_etcd_restarts(

@@ -1,11 +1,14 @@
 """The soak: a five-minute crawl under random faults, then the ledger. Opt-in (``-m soak``).
 
 A 3-node JetStream cluster with R3 streams, etcd, one dispatcher and three workers crawl a site
-slowed by politeness so that it outlasts ``SOAK_S``. Every 20-40 s (drawn from ``SOAK_SEED``) one
-fault is injected and healed: a worker or the dispatcher killed with SIGKILL and replaced, a
-worker stopped past its lease and continued, the task stream's leader killed and restarted, two
-of three servers down for ``LONG_OUTAGE_S`` (no quorum), etcd down for ``LONG_OUTAGE_S``. Then
-the crawl must finish with every admitted URL holding exactly one result::
+slowed by politeness so that it outlasts ``SOAK_S``; each process runs in a network namespace of
+its own (tests/support/netns.py, as in tests/test_partitions.py). Every 20-40 s (drawn from
+``SOAK_SEED``) one fault is injected and healed: a worker or the dispatcher killed with SIGKILL
+and replaced, a worker stopped past its lease and continued, the task stream's leader killed and
+restarted, two of three servers down for ``LONG_OUTAGE_S`` (no quorum), etcd down for
+``LONG_OUTAGE_S``, a network cut for ``LONG_OUTAGE_S`` (a worker from NATS or from etcd, a NATS
+node from the other two, the dispatcher from NATS). Then the crawl must finish with every
+admitted URL holding exactly one result::
 
     .venv/bin/pytest -m soak -n 0 -s tests/test_soak.py    # prints the fault log and the ledger
 """
@@ -17,6 +20,7 @@ import random
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
@@ -24,7 +28,8 @@ import pytest
 
 from jetcrawl.contract.topology import TASKS_STREAM
 from jetcrawl.local.embedded import EtcdServer, NatsCluster
-from tests.support.mesh import Mesh
+from tests.support.mesh import Mesh, Service
+from tests.support.netns import Network, Node
 from tests.support.site import MultiHostSite
 from tests.test_faults import finish, stream_leader
 
@@ -37,31 +42,58 @@ LEADER_DOWN_S = 8.0
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(SOAK_S + 600)]
 
 
-@pytest.fixture
-async def mesh(
-    nats_cluster: NatsCluster, etcd_server: EtcdServer, tmp_path: Path
-) -> AsyncIterator[Mesh]:
-    urls = ",".join(nats_cluster.urls)
-    # ~2,400 pages over 6 hosts at 0.6 s per host: about 240 s of crawling before any fault.
-    async with Mesh(urls, etcd_server.url, tmp_path, replicas=3, host_delay_s=0.6) as started:
-        yield started
+SITE_HOSTS = 6
+
+
+@dataclass(slots=True)
+class Soaked:
+    net: Network
+    cluster: NatsCluster
+    etcd: EtcdServer
+    mesh: Mesh
+    site: MultiHostSite
 
 
 @pytest.fixture
-async def slow_site() -> AsyncIterator[MultiHostSite]:
-    async with MultiHostSite(seed=SOAK_SEED, hosts=6, pages_per_host=400) as site:
-        yield site
+async def soaked(tmp_path: Path) -> AsyncIterator[Soaked]:
+    async with Network() as net:
+        nats_nodes = [await net.node(name) for name in ("n1", "n2", "n3")]
+        etcd_node = await net.node("etcd")
+        addresses = [await net.address() for _ in range(SITE_HOSTS)]
+        async with (
+            NatsCluster(
+                tmp_path / "cluster",
+                hosts=[n.address for n in nats_nodes],
+                prefixes=[n.prefix for n in nats_nodes],
+            ) as cluster,
+            EtcdServer(tmp_path / "etcd", host=etcd_node.address, prefix=etcd_node.prefix) as etcd,
+            # ~2,400 pages over 6 hosts at 0.6 s per host: about 240 s of crawling before any
+            # fault. A task waits minutes for its host here, through several faults, and each
+            # can cost it a delivery that is no attempt (a hand-back when its worker is fenced or
+            # loses its shard, a redelivery after AckWait while a link is cut): more deliveries
+            # than the default 3 attempts, so that they do not make it poison.
+            Mesh(
+                ",".join(cluster.urls),
+                etcd.url,
+                tmp_path,
+                replicas=3,
+                host_delay_s=0.6,
+                allow_nets=(str(net.subnet),),
+                task_max_deliver=6,
+            ) as mesh,
+            MultiHostSite(SOAK_SEED, SITE_HOSTS, 400, addresses=addresses) as site,
+        ):
+            yield Soaked(net, cluster, etcd, mesh, site)
 
 
 class Chaos:
     """The fault menu over one mesh; keeps three workers and one dispatcher running."""
 
-    def __init__(
-        self, mesh: Mesh, cluster: NatsCluster, etcd: EtcdServer, rng: random.Random
-    ) -> None:
-        self.mesh = mesh
-        self.cluster = cluster
-        self.etcd = etcd
+    def __init__(self, soaked: Soaked, rng: random.Random) -> None:
+        self.net = soaked.net
+        self.mesh = soaked.mesh
+        self.cluster = soaked.cluster
+        self.etcd = soaked.etcd
         self.rng = rng
         self.workers = ["w1", "w2", "w3"]
         self.dispatcher = "dispatcher"
@@ -81,16 +113,22 @@ class Chaos:
                 self.kill_leader,
                 self.lose_quorum,
                 self.etcd_down,
+                self.cut,
             ]
         )
         await fault()
+
+    async def start(self, role: str, name: str) -> Service:
+        """``jetcrawl ROLE`` as ``name``, on a node of its own."""
+        node = self.net.nodes.get(name) or await self.net.node(name)
+        return await self.mesh.start(role, name, prefix=node.prefix)
 
     async def kill_worker(self) -> None:
         victim = self.rng.choice(self.workers)
         await self._kill(victim)
         replacement = f"w{next(self._names)}"
         self.workers[self.workers.index(victim)] = replacement
-        await self.mesh.start("worker", replacement)
+        await self.start("worker", replacement)
         self.note(f"kill -9 worker {victim}, started {replacement}")
 
     async def stop_worker(self) -> None:
@@ -103,7 +141,7 @@ class Chaos:
     async def kill_dispatcher(self) -> None:
         await self._kill(self.dispatcher)
         self.dispatcher = f"dispatcher{next(self._names)}"
-        await self.mesh.start("dispatcher", self.dispatcher)
+        await self.start("dispatcher", self.dispatcher)
         self.note("kill -9 the dispatcher, started another")
 
     async def kill_leader(self) -> None:
@@ -128,6 +166,24 @@ class Chaos:
         await self.etcd.start()
         self.note(f"etcd down for {LONG_OUTAGE_S:g} s")
 
+    async def cut(self) -> None:
+        nats = [self.net.nodes[str(s.server_name)] for s in self.cluster.servers]
+        worker = self.net.nodes[self.rng.choice(self.workers)]
+        isolated = self.rng.choice(nats)
+        cuts: list[tuple[str, Node, list[Node]]] = [
+            (f"worker {worker.name} from NATS", worker, nats),
+            (f"worker {worker.name} from etcd", worker, [self.net.nodes["etcd"]]),
+            (f"{isolated.name} from the other nodes", isolated, [n for n in nats if n != isolated]),
+            ("the dispatcher from NATS", self.net.nodes[self.dispatcher], nats),
+        ]
+        what, node, others = self.rng.choice(cuts)
+        await self.net.cut(node, *others)
+        try:
+            await asyncio.sleep(LONG_OUTAGE_S)  # the fault
+        finally:
+            await self.net.heal(node, *others)
+        self.note(f"cut {what} for {LONG_OUTAGE_S:g} s")
+
     async def _kill(self, name: str) -> None:
         service = self.mesh.services[name]
         service.signal(signal.SIGKILL)
@@ -135,16 +191,16 @@ class Chaos:
         self.dead.add(name)
 
 
-async def test_a_five_minute_crawl_under_random_faults_loses_nothing(
-    mesh: Mesh, nats_cluster: NatsCluster, etcd_server: EtcdServer, slow_site: MultiHostSite
-) -> None:
-    await mesh.start("dispatcher", "dispatcher")
+async def test_a_five_minute_crawl_under_random_faults_loses_nothing(soaked: Soaked) -> None:
+    mesh, slow_site = soaked.mesh, soaked.site
+    chaos = Chaos(soaked, random.Random(SOAK_SEED))
+    await chaos.start("dispatcher", "dispatcher")
     for name in ("w1", "w2", "w3"):
-        await mesh.start("worker", name)
-    await mesh.wait_ownership({"w1", "w2", "w3"})
+        await chaos.start("worker", name)
+    await mesh.wait_ownership({"w1", "w2", "w3"}, within_s=60)
     await mesh.seed(slow_site.seeds)
 
-    chaos = Chaos(mesh, nats_cluster, etcd_server, random.Random(SOAK_SEED))
+    chaos.started = time.monotonic()
     deadline = chaos.started + SOAK_S
     while (now := time.monotonic()) < deadline:
         await asyncio.sleep(min(chaos.rng.uniform(*FAULT_EVERY_S), deadline - now))  # the pace

@@ -2,6 +2,8 @@
 
 A job's pages also go through ``extract/`` (the spec's declarative rules) and ``plugins.py``
 (functions of other packages, by entry-point name); CONTRIBUTING.md lists every module.
+A fetched result is held until it is stored (``unpublished.py``): a page is never fetched again
+because NATS did not answer.
 """
 
 from jetcrawl.worker.crawl import CrawlStats, TaskProcessor

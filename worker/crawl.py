@@ -20,6 +20,7 @@ import heapq
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
@@ -53,16 +54,19 @@ from jetcrawl.worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, re
 from jetcrawl.worker.robots import Robots, RobotsVerdict
 from jetcrawl.worker.sent import SentLinks
 from jetcrawl.worker.telemetry import TaskTelemetry
+from jetcrawl.worker.unpublished import Unpublished, unreachable
 from jetcrawl.worker.validators import Validators
 
 log = logging.getLogger(__name__)
 
 # A task's records (result, links, dead letter) that JetStream did not store are published again
-# in place, the task still held, before it is handed back: a NATS hiccup (a leader election, a
-# reconnect) then costs no second fetch of the page and no attempt. Their message ids make a
-# repeat of one that was stored after all harmless.
+# in place, the task still held: a NATS hiccup (a leader election, a reconnect) then costs no
+# second fetch of the page and no attempt. Their message ids make a repeat of one that was stored
+# after all harmless. Refused ones are handed back after PUBLISH_TRIES; unanswered ones are held
+# until stored (worker/unpublished.py).
 PUBLISH_TRIES = 3
 PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
+PUBLISH_RETRY_MAX_S = 5.0  # ... up to this, while NATS does not answer
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
@@ -84,6 +88,8 @@ class CrawlStats:
     dead_letters: int = 0
     deferred: int = 0  # waiting tasks handed back to make room (not attempts)
     publish_retries: int = 0  # records published again in place after a failed publish
+    results_held: int = 0  # results held until stored, NATS not answering (worker/unpublished.py)
+    copies_acked: int = 0  # deliveries of a task whose result was stored here: acked, not fetched
 
 
 class TaskProcessor:
@@ -111,6 +117,10 @@ class TaskProcessor:
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
         self.stats = CrawlStats()
+        self.unpublished = Unpublished()  # results held until stored, and their redeliveries
+        # Whether the lease is still ours by its local deadline (the registry's holds_lease),
+        # asked before each fetch; without a registry (tests), always.
+        self.holds_lease: Callable[[], bool] = lambda: True
         # With tracing on, each page's links carry its trace context: one message per page.
         self._links_out = DiscoveredOutbox(
             outbox, 0.0 if telemetry.traced else settings.links_linger_s, self.stats
@@ -135,8 +145,13 @@ class TaskProcessor:
         """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
         seq = msg.metadata.sequence.stream
         self._away.pop(seq, None)  # it is back
+        if await self.unpublished.settled(seq):
+            await self._outbox.ack(msg)  # its result is stored: a copy of a task done here
+            self.stats.copies_acked += 1
+            log.info("task %d delivered again after its result was stored: acked", seq)
+            return
         try:
-            with self._telemetry.processing(msg, owner.shard):
+            with self.unpublished.in_hand(seq), self._telemetry.processing(msg, owner.shard):
                 await self._process(msg, owner, abandoned)
         finally:
             self._holding.pop(seq, None)
@@ -209,6 +224,7 @@ class TaskProcessor:
                     verdict.crawl_delay_s,
                     deferrable=a.deferrals < self._settings.max_deferrals,
                     unless=abandoned,
+                    shard=a.owner.shard,
                 )
             )
         except asyncio.CancelledError:
@@ -220,6 +236,9 @@ class TaskProcessor:
             return Again(0.0, "lease lost", AGAIN_AT_ONCE)  # the next owner takes it at once
         if isinstance(turn, Deferred):
             return Again(turn.delay_s, "handed back, host busy", AGAIN_HANDED_BACK)
+        if not self.holds_lease():  # fenced, or about to be: another worker may own the host
+            self._politeness.done(turn)
+            return Again(0.0, "lease deadline passed", AGAIN_AT_ONCE)
         return turn
 
     async def _fetch_step(
@@ -448,15 +467,17 @@ class TaskProcessor:
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if letter is not None:
             outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
-        failed = await self._publish(outgoing, links, crawl_id)
+        seq = msg.metadata.sequence.stream
+        failed = await self._publish(outgoing, links, crawl_id, hold=True)
         if failed is not None:
             log.warning(
                 "publishing the result of %s failed, handing it back: %s", result.url, failed
             )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
+        self.unpublished.stored(seq)  # before the ack: a copy delivered from now on is acked too
         await self._outbox.ack(msg)
-        self._first_tried.pop(msg.metadata.sequence.stream, None)
+        self._first_tried.pop(seq, None)
         self.stats.tasks += 1
         self._telemetry.finished(result)
         if links is not None:  # counted as published by the discovered outbox
@@ -465,23 +486,18 @@ class TaskProcessor:
             self.stats.dead_letters += 1
 
     async def _publish(
-        self, outgoing: list[Outgoing], links: Discovered | None = None, crawl_id: str = ""
+        self,
+        outgoing: list[Outgoing],
+        links: Discovered | None = None,
+        crawl_id: str = "",
+        *,
+        hold: bool = False,
     ) -> PublishFailed | None:
         """Publish all, and ``links`` (of the task ``crawl_id``) through the discovered outbox;
-        again in place what was not stored (``PUBLISH_TRIES`` in all). The first failure left,
-        or None when all are stored."""
-        failures: list[PublishFailed] = []
-        for attempt in range(PUBLISH_TRIES):
-            if attempt:
-                delay_s = backoff_s(attempt, PUBLISH_RETRY_DELAY_S)
-                log.warning(
-                    "publishing %s failed, again in %.0f s: %s",
-                    failures[0].subject,
-                    delay_s,
-                    failures[0],
-                )
-                self.stats.publish_retries += len(failures)
-                await asyncio.sleep(delay_s)
+        again in place what was not stored (``PUBLISH_TRIES`` in all, or with ``hold`` for as
+        long as NATS does not answer). The first failure left, or None when all are stored."""
+        attempt = 0
+        while True:
             links_stored = self._links_out.add(links, crawl_id) if links is not None else None
             acks = await self._outbox.send(outgoing) if outgoing else []
             failures = [ack for ack in acks if isinstance(ack, PublishFailed)]
@@ -496,7 +512,24 @@ class TaskProcessor:
                     links = None
             if not failures:
                 return None
-        return failures[0]
+            attempt += 1
+            if attempt >= PUBLISH_TRIES and not (hold and all(map(unreachable, failures))):
+                return failures[0]
+            if attempt == PUBLISH_TRIES:
+                log.warning(
+                    "NATS does not answer: holding the records of %s until stored", crawl_id
+                )
+                self.stats.results_held += 1
+            delay_s = backoff_s(attempt, PUBLISH_RETRY_DELAY_S, PUBLISH_RETRY_MAX_S)
+            log.log(
+                logging.WARNING if attempt < PUBLISH_TRIES else logging.DEBUG,
+                "publishing %s failed, again in %.0f s: %s",
+                failures[0].subject,
+                delay_s,
+                failures[0],
+            )
+            self.stats.publish_retries += len(failures)
+            await asyncio.sleep(delay_s)
 
     async def _retry(self, msg: Msg, delay_s: float) -> None:
         await self._outbox.nak(msg, delay=delay_s)

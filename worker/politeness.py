@@ -25,6 +25,13 @@ consumers' MaxDeliver leaves room for ``max_deferrals`` of them, and a task hand
 is not handed back again. The memory is the owner's: after a crash or a handover a task's earlier
 hand-backs count as attempts (it gets fewer retries, never more).
 
+A shard's politeness state does not travel with it; instead its new owner counts the handover as
+a request to each of the shard's hosts (``handover``): the previous owner stopped fetching before
+the shard became ours (it drained before releasing, or its lease deadline passed before etcd could
+expire its lease, :mod:`jetcrawl.registry.registry`), so no host of the shard hears from two
+workers less than its delay apart. It costs one host delay per shard moved, and needs no state
+written while crawling.
+
 Alternatives not taken: nak'ing every task whose host is not ready (each wait would burn an
 attempt, and the retry budget and poison detection with it), and waiting without a bound (a
 large slow site would pin max_ack_pending tasks per shard in memory and still block its shard).
@@ -177,6 +184,8 @@ class Politeness:
         # the first of them only (waking every host's head for each slot woke tasks to wait again).
         self._slot_waiters: deque[_Waiter] = deque()
         self._prune_above = MAX_SLOTS
+        # When this worker came to own each shard (monotonic): a request by the previous owner.
+        self._handed_over: dict[int, float] = {}
         # --- counts, for stats and tests
         self.waiting = 0
         self.deferred = 0  # waiting tasks handed back, ever
@@ -188,6 +197,10 @@ class Politeness:
             return self._host_delay_s
         return max(self._host_delay_s, min(crawl_delay_s, self._max_crawl_delay_s))
 
+    def handover(self, shard: int) -> None:
+        """``shard`` is ours from now: its hosts' first turns here come a delay from now."""
+        self._handed_over[shard] = self._clock()
+
     def slot(self, host: str) -> Slot | None:
         return self._slots.get(host)
 
@@ -198,14 +211,18 @@ class Politeness:
         *,
         deferrable: bool,
         unless: asyncio.Event,
+        shard: int | None = None,
     ) -> Turn | Deferred | None:
-        """Wait for a turn to request ``host``: a ``Turn``, ``Deferred``, or None if ``unless``.
+        """Wait for a turn to request ``host`` (of ``shard``): a ``Turn``, ``Deferred``, or None
+        if ``unless``.
 
         A granted turn holds a fetch slot and one of the host's connections until ``done``.
         Whoever sets ``unless`` calls ``wake_all()`` so that a waiting task sees it.
         """
         slot = self._slot(host)
         slot.delay_s = self.delay_for(crawl_delay_s)
+        if shard is not None:
+            slot.last_start = max(slot.last_start, self._handed_over.get(shard, -math.inf))
         waiter = _Waiter(deferrable)
         slot.waiting.append(waiter)
         self._queued[host] = slot

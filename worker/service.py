@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 from nats.aio.client import Client as NATS
@@ -149,6 +150,11 @@ class Worker:
                 await self._reporter.report()  # the hand-backs it leaves due
         self._tg = None
 
+    def fence_on(self, holds_lease: Callable[[], bool]) -> None:
+        """Start no fetch unless ``holds_lease()`` (the registry's local lease deadline)."""
+        assert self._processor is not None, "start() first"
+        self._processor.holds_lease = holds_lease
+
     async def wait_running(self) -> None:
         await self._running.wait()
 
@@ -219,6 +225,7 @@ class Worker:
         assert self._js is not None and self._processor is not None and self._tg is not None
         if shard in self._pullers or self._stopping.is_set():
             return
+        self.politeness.handover(shard)
         sub = await self._js.pull_subscribe_bind(durable=shard_consumer(shard), stream=TASKS_STREAM)
         puller = ShardPuller(
             Ownership(shard, fence), sub, self._holding, self._keepalive, self._processor.process

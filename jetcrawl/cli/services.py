@@ -86,6 +86,7 @@ async def run_worker(settings: Settings) -> None:
             await worker.wait_running()
             info = WorkerInfo.local(worker_id, capacity=settings.concurrency)
             async with Registry(settings, info, worker) as registry:
+                worker.fence_on(registry.holds_lease)
                 readiness.add("etcd", registry_ready(registry))
                 on_signals(stopping.set)
                 log.info("worker %s running (etcd %s)", worker_id, redact_urls(settings.etcd_url))

@@ -6,6 +6,7 @@ exampleplugin  the example plugin package installed into the test venv (fast whe
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
+netns     network namespaces on a bridge, each process on its own address; links cut and healed
 otlp      a local OTLP/HTTP receiver standing in for Jaeger
 procfs    what Linux /proc says of a process
 prometheus  a real Prometheus scraping given ports, answering PromQL over its HTTP API

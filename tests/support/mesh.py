@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -108,11 +109,21 @@ class Mesh:
 
     # ------------------------------------------------------------------ services
 
-    async def start(self, role: str, name: str, *, fault: str | None = None, **env: str) -> Service:
-        """``jetcrawl ROLE`` as ``name``; with ``fault``, crashing on it (support/faulty.py)."""
+    async def start(
+        self,
+        role: str,
+        name: str,
+        *,
+        fault: str | None = None,
+        prefix: Sequence[str] = (),
+        **env: str,
+    ) -> Service:
+        """``jetcrawl ROLE`` as ``name``; with ``fault``, crashing on it (support/faulty.py);
+        behind ``prefix`` (a network namespace's ``ip netns exec NS``, support/netns.py)."""
         log_path = self._workdir / f"{name}.log"
         with log_path.open("wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
+                *prefix,
                 *faulty.command(fault),
                 "--log-level",
                 "INFO",

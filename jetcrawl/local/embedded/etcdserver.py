@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,8 +44,9 @@ class EtcdTls:
 
 
 class EtcdServer(ServerProcess):
-    """An etcd member with its data in ``data_dir``, on loopback; alone unless ``initial_cluster``
-    names its peers (``name=peer_url,...``, its own included).
+    """An etcd member with its data in ``data_dir``, on ``host`` (loopback), behind ``prefix``
+    (see ``ServerProcess``); alone unless ``initial_cluster`` names its peers
+    (``name=peer_url,...``, its own included).
 
     Client and peer ports are ``port`` / ``peer_port`` or picked free at construction, and kept
     across restarts.
@@ -63,6 +65,8 @@ class EtcdServer(ServerProcess):
         threads: int | None = None,
         tls: EtcdTls | None = None,
         initial_cluster: str | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         super().__init__(
@@ -71,7 +75,9 @@ class EtcdServer(ServerProcess):
             ready_timeout_s=ready_timeout_s,
             stop_timeout_s=stop_timeout_s,
             threads=threads,
+            prefix=prefix,
         )
+        self.host = host
         self.member_name = name
         if port is None or peer_port is None:
             picked = free_ports(2)
@@ -84,11 +90,11 @@ class EtcdServer(ServerProcess):
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://{LOOPBACK}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     def _command(self) -> list[str]:
         clustered = self.initial_cluster is not None

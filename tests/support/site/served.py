@@ -1,6 +1,7 @@
 """The tests' multi-host website: the levelled site (``levels.py``) served in-process by aiohttp.
 
-Host ``i`` (0-based) is an aiohttp server on 127.0.0.{i+2} (Linux routes all of 127/8 to lo) with
+Host ``i`` (0-based) is an aiohttp server on 127.0.0.{i+2} (Linux routes all of 127/8 to lo), or
+on ``addresses[i]`` when given (the partition tests' bridge, tests/support/netns.py), with
 an OS-chosen port; ``hosts`` are their ``"127.0.0.N:PORT"``. Everything is drawn from
 ``random.Random(seed)``: the same seed serves the same site (up to the ports). Each request is
 answered from the responses ``model.Site`` renders, looked up by its canonical path and query.
@@ -62,7 +63,8 @@ class SiteRequest:
     method: str
     url: str  # http://host:port + the request target as sent
     status: int
-    at: float  # time.monotonic()
+    at: float  # time.monotonic() when the request arrived
+    peer: str = ""  # the client's address: which worker asked, where each has its own
 
 
 # --- the canonical form and link extraction a crawler is measured against ---------------------
@@ -109,10 +111,19 @@ def extract_links(page_html: str, page_url: str) -> list[str]:
 class MultiHostSite:
     """The website: ``async with MultiHostSite(seed=1) as site`` (see the module docstring)."""
 
-    def __init__(self, seed: int, hosts: int = 3, pages_per_host: int = 30) -> None:
+    def __init__(
+        self,
+        seed: int,
+        hosts: int = 3,
+        pages_per_host: int = 30,
+        addresses: list[str] | None = None,
+    ) -> None:
         self.seed = seed
         self._site = levels.generate(seed, hosts, pages_per_host)
         self._host_count = hosts
+        self._addresses = addresses or [_address(h) for h in range(hosts)]
+        if len(self._addresses) != hosts:
+            raise ValueError(f"{hosts} hosts need as many addresses, got {self._addresses}")
         # the servers (filled by start)
         self._runners: list[web.AppRunner] = []
         self._ports: list[int] = []
@@ -147,7 +158,7 @@ class MultiHostSite:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((_address(host), self._ports[host] if restart else 0))
+            sock.bind((self._addresses[host], self._ports[host] if restart else 0))
             await web.SockSite(runner, sock).start()
         except BaseException:
             sock.close()
@@ -180,7 +191,7 @@ class MultiHostSite:
     def hosts(self) -> list[str]:
         """``"127.0.0.N:PORT"`` per host, host 0 first."""
         self._require_started()
-        return [f"{_address(h)}:{port}" for h, port in enumerate(self._ports)]
+        return [f"{self._addresses[h]}:{port}" for h, port in enumerate(self._ports)]
 
     @property
     def base_urls(self) -> list[str]:
@@ -308,14 +319,13 @@ class MultiHostSite:
             handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
         ) -> web.StreamResponse:
             url = f"http://{self.hosts[host]}{request.raw_path}"
+            arrived, peer = time.monotonic(), request.remote or ""
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # e.g. 405 for a method other than GET/HEAD
-                self.requests.append(SiteRequest(request.method, url, exc.status, time.monotonic()))
+                self.requests.append(SiteRequest(request.method, url, exc.status, arrived, peer))
                 raise
-            self.requests.append(
-                SiteRequest(request.method, url, response.status, time.monotonic())
-            )
+            self.requests.append(SiteRequest(request.method, url, response.status, arrived, peer))
             return response
 
         return log
