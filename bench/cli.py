@@ -154,7 +154,11 @@ def byte_compile() -> None:
 def throughput(args: argparse.Namespace) -> Report:
     sizes = QUICK if args.quick else FULL
     reps = args.reps or sizes["reps"]
-    spec = SHAPES[args.site](hosts=args.hosts, pages=args.pages or sizes["pages"], seed=args.seed)
+    pages = args.pages or sizes["pages"]
+    try:
+        spec = SHAPES[args.site](hosts=args.hosts, pages=pages, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"--site {args.site} --hosts {args.hosts} --pages {pages}: {e}") from None
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if unknown := set(systems) - set(SYSTEMS):
         raise SystemExit(f"unknown systems: {sorted(unknown)}")

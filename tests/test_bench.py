@@ -138,6 +138,13 @@ def test_the_realistic_site_reports_each_systems_work(tmp_path: Path) -> None:
     assert "| jetcrawl-1 | a crawl fetching every URL found |" in markdown
 
 
+def test_a_site_too_small_for_its_hosts_is_refused_in_one_line(tmp_path: Path) -> None:
+    argv = ["--site", "realistic", "--hosts", "5", "--pages", "50", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--pages 50: need at least 1 host and 20 pages per host"):
+        main(argv)
+    assert not (tmp_path / "bench.json").exists()
+
+
 def _worked(system: str, urls: int, html: int, binaries: int) -> RunResult:
     run = _run(system, 1.0)
     run.urls, run.html, run.binaries = urls, html, binaries
