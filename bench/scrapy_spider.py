@@ -1,14 +1,15 @@
-"""Scrapy on the benchmark site, with settings equivalent to jetcrawl's.
+"""Scrapy on the benchmark site, with its defaults and jetcrawl's politeness.
 
 ``python -m bench.scrapy_spider SEEDS OUT``: a plain Scrapy crawl from the seeds (one per line)
 that obeys robots.txt, keeps 64 requests in flight and 8 per host, with no download delay. The
 spider does what jetcrawl's worker does with a response: it records every answer (404s and
 redirects too: the redirect middleware is off and each redirect's canonical Location becomes a new
 request, as in jetcrawl), extracts ``<a href>`` and ``<area href>`` from 2xx HTML with Scrapy's
-own selectors, resolves them against the page's ``<base>``, and canonicalizes them with
-``jetcrawl.contract.urls.canonicalize``. The duplicate filter fingerprints requests by that
-canonical form (``CanonicalFingerprinter``), so both crawlers dedupe the same URLs. Items go to
-``OUT`` through a JSON-lines feed.
+``LinkExtractor`` at its defaults (so links to binaries are skipped by extension, its
+``IGNORED_EXTENSIONS``; ``<base>`` honoured), and canonicalizes them with jetcrawl's rules
+(``JETCRAWL_TRACKING_PARAMS`` and the other settings, read from the environment). The duplicate
+filter fingerprints requests by that canonical form (``CanonicalFingerprinter``), so both crawlers
+dedupe the same URLs. Items go to ``OUT`` through a JSON-lines feed.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import Any, Self
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler, CrawlerProcess
 from scrapy.http import HtmlResponse, Response
-from scrapy.utils.response import get_base_url
+from scrapy.linkextractors import LinkExtractor
 
 from jetcrawl.contract.errors import UrlError
-from jetcrawl.contract.urls import canonicalize, fingerprint
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.urls import UrlRules, fingerprint
 
 __all__ = ["SETTINGS", "BenchSpider", "CanonicalFingerprinter"]
 
@@ -42,6 +44,7 @@ SETTINGS: dict[str, Any] = {
     "USER_AGENT": "bench-scrapy (+https://github.com/jetcrawl/jetcrawl)",
 }
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+RULES = UrlRules.from_settings(Settings.from_env())
 
 
 class CanonicalFingerprinter:
@@ -53,7 +56,7 @@ class CanonicalFingerprinter:
 
     def fingerprint(self, request: Request) -> bytes:
         try:
-            return bytes.fromhex(fingerprint(canonicalize(request.url)))
+            return bytes.fromhex(fingerprint(RULES.canonicalize(request.url)))
         except UrlError:
             return hashlib.blake2b(request.url.encode(), digest_size=16).digest()
 
@@ -64,10 +67,11 @@ class BenchSpider(Spider):
     def __init__(self, seeds: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.seeds = Path(seeds).read_text().split()
+        self.links = LinkExtractor(tags=("a", "area"), attrs=("href",))
 
     async def start(self) -> AsyncIterator[Request]:
         for url in self.seeds:
-            yield Request(canonicalize(url))
+            yield Request(RULES.canonicalize(url))
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[dict[str, Any] | Request]:
         yield {"url": response.url, "status": response.status}
@@ -76,13 +80,13 @@ class BenchSpider(Spider):
             if location:
                 yield from self._follow([location.decode("latin-1")], response.url)
         elif 200 <= response.status < 300 and isinstance(response, HtmlResponse):
-            hrefs = response.css("a::attr(href), area::attr(href)").getall()
-            yield from self._follow(hrefs, get_base_url(response))
+            hrefs = [link.url for link in self.links.extract_links(response)]
+            yield from self._follow(hrefs, response.url)
 
     def _follow(self, hrefs: list[str], base: str) -> Iterator[Request]:
         for href in hrefs:
             try:
-                yield Request(canonicalize(href, base=base))
+                yield Request(RULES.canonicalize(href, base=base))
             except UrlError:
                 continue
 

@@ -6,8 +6,10 @@ inherits every socket and accepts on all of them, so the kernel spreads connecti
 copies. Each copy builds the same site from the same ``SiteSpec``, pre-renders every response, and
 answers a request with one dictionary lookup (an asyncio protocol of its own, uvloop). A copy prints
 ``READY <control port>`` once it serves; the control port answers ``/reset`` (before a run) and
-``/stats`` (after it): request counts per URL and the first and last request's time, from which
-the harness takes each system's crawl span and checks what was fetched, and how often.
+``/stats`` (after it): request counts per URL, the bytes answered, how many answers were HTML pages
+and how many binaries, and the first and last request's time, from which the harness takes each
+system's crawl span, checks what was fetched, and how often, and shows the work it did. A host
+the site gives a delay (the realistic shape's slow host) answers each request that much later.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -35,14 +37,16 @@ from aiohttp import web
 
 from bench.loop import run
 from bench.procs import DIE_WITH_PARENT, child_env
+from tests.support.site import realistic
 from tests.support.site.model import DISALLOWED_PREFIX
-from tests.support.site.tree import SiteSpec, address, generate
+from tests.support.site.shapes import BenchSpec, from_wire, generate, to_wire
+from tests.support.site.tree import address
 
 __all__ = ["SiteServer", "SiteStats"]
 
 READY_TIMEOUT_S = 120.0
 BACKLOG = 4096
-_TRACKING_PREFIXES = ("utm_", "fbclid=", "gclid=")
+_TRACKING_PREFIXES = ("utm_", "fbclid=", "gclid=", *(f"{p}=" for p in realistic.TRACKING_PARAMS))
 
 
 @dataclass(slots=True)
@@ -51,6 +55,9 @@ class SiteStats:
 
     requests: int = 0  # robots.txt excluded
     robots: int = 0
+    bytes: int = 0  # of every answer, headers included (robots.txt excluded)
+    html: int = 0  # answers that were HTML pages (200 text/html)
+    binaries: int = 0  # answers that were 200 and not HTML
     first: float = 0.0  # epoch seconds of the first and last request (robots.txt included)
     last: float = 0.0
     counts: Counter[str] = field(default_factory=Counter)  # URL as requested -> requests
@@ -71,7 +78,7 @@ class SiteStats:
 class SiteServer:
     """The site's server processes; a context manager (``start()`` / ``stop()``)."""
 
-    def __init__(self, spec: SiteSpec, processes: int, log_dir: Path) -> None:
+    def __init__(self, spec: BenchSpec, processes: int, log_dir: Path) -> None:
         self.spec = spec
         self.processes = processes
         self.log_dir = log_dir
@@ -103,7 +110,7 @@ class SiteServer:
                                 sys.executable,
                                 "-m",
                                 "bench.siteserver",
-                                orjson.dumps(self.spec.to_dict()).decode(),
+                                to_wire(self.spec),
                                 ",".join(map(str, fds)),
                                 ",".join(self.authorities),
                             ],
@@ -157,8 +164,8 @@ class SiteServer:
         firsts, lasts = [], []
         for control in self._control:
             part = orjson.loads(_get(f"{control}/stats"))
-            merged.requests += part["requests"]
-            merged.robots += part["robots"]
+            for name in ("requests", "robots", "bytes", "html", "binaries"):
+                setattr(merged, name, getattr(merged, name) + part[name])
             if part["first"]:
                 firsts.append(part["first"])
                 lasts.append(part["last"])
@@ -194,6 +201,9 @@ class _Counters:
     def __init__(self) -> None:
         self.requests = 0
         self.robots = 0
+        self.bytes = 0
+        self.html = 0
+        self.binaries = 0
         self.first = 0.0
         self.last = 0.0
         self.counts: Counter[tuple[int, str]] = Counter()
@@ -203,6 +213,9 @@ class _Counters:
             {
                 "requests": self.requests,
                 "robots": self.robots,
+                "bytes": self.bytes,
+                "html": self.html,
+                "binaries": self.binaries,
                 "first": self.first,
                 "last": self.last,
                 "counts": [[h, t, n] for (h, t), n in self.counts.items()],
@@ -227,12 +240,22 @@ class _HostProtocol(asyncio.Protocol):
     the client asks to close, pipelined requests answered in order.
     """
 
-    def __init__(self, host: int, answer: Callable[[int, str], bytes], count: Callable[..., None]):
+    def __init__(
+        self,
+        host: int,
+        answer: Callable[[int, str], bytes],
+        count: Callable[..., None],
+        delay_s: float = 0.0,
+    ):
         self._host = host
         self._answer = answer
         self._count = count
+        self._delay_s = delay_s
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
+        # With a delay, answers wait here in request order; each timer sends the oldest one
+        # (None: close), so pipelined answers keep their order whatever order timers fire in.
+        self._delayed: deque[bytes | None] = deque()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
@@ -257,14 +280,35 @@ class _HostProtocol(asyncio.Protocol):
                 return
             target = parts[1].decode("latin-1")
             self._count(self._host, target)
-            transport.write(self._answer(self._host, target))
+            self._send(self._answer(self._host, target))
             if b"\r\nconnection: close" in head.lower() or parts[2] == b"HTTP/1.0":
-                transport.close()
+                self._send(None)
                 return
         self._buffer = buffer[start:]
         if len(self._buffer) > _MAX_HEAD_BYTES:
             transport.write(_BAD_REQUEST)
             transport.close()
+
+    def _send(self, response: bytes | None) -> None:
+        """Write ``response`` (None: close), now or after this host's delay."""
+        if not self._delay_s:
+            self._write(response)
+            return
+        self._delayed.append(response)
+        asyncio.get_running_loop().call_later(self._delay_s, self._send_oldest)
+
+    def _send_oldest(self) -> None:
+        self._write(self._delayed.popleft())
+
+    def _write(self, response: bytes | None) -> None:
+        transport = self._transport
+        assert transport is not None
+        if transport.is_closing():
+            return
+        if response is None:
+            transport.close()
+        else:
+            transport.write(response)
 
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -283,12 +327,27 @@ def _response(status: int, kind: str, body: bytes) -> bytes:
     return head.encode("latin-1") + body
 
 
-async def _serve(spec: SiteSpec, fds: list[int], authorities: list[str]) -> None:
+def _kind(status: int, kind: str) -> str:
+    """What an answer counts as: "html" (a page), "binary" (any other 200) or "other"."""
+    if status != 200:
+        return "other"
+    return "html" if kind.startswith("text/html") else "binary"
+
+
+async def _serve(spec: BenchSpec, fds: list[int], authorities: list[str]) -> None:
     site = generate(spec)
-    table = {key: _response(*answer) for key, answer in site.responses(authorities).items()}
-    del site
+    delays = site.delays_s
+    # One rendered answer per body: the realistic shape's binaries share their bodies.
+    rendered: dict[tuple[int, str, int], bytes] = {}
+    table: dict[tuple[int, str], tuple[bytes, str]] = {}
+    for key, (status, kind, body) in site.responses(authorities).items():
+        shared = (status, kind, id(body))
+        if shared not in rendered:
+            rendered[shared] = _response(status, kind, body)
+        table[key] = (rendered[shared], _kind(status, kind))
+    del site, rendered
     counters = _Counters()
-    not_found = _response(404, "text/plain", b"not found")
+    not_found = (_response(404, "text/plain", b"not found"), "other")
 
     def count(host: int, target: str) -> None:
         now = time.time()
@@ -302,10 +361,19 @@ async def _serve(spec: SiteSpec, fds: list[int], authorities: list[str]) -> None
             counters.counts[host, target] += 1
 
     def answer(host: int, target: str) -> bytes:
-        return table.get((host, target)) or table.get((host, _normalize(target))) or not_found
+        response, kind = (
+            table.get((host, target)) or table.get((host, _normalize(target))) or not_found
+        )
+        if target != "/robots.txt":
+            counters.bytes += len(response)
+            if kind == "html":
+                counters.html += 1
+            elif kind == "binary":
+                counters.binaries += 1
+        return response
 
     def handler(host: int) -> Callable[[], asyncio.Protocol]:
-        return lambda: _HostProtocol(host, answer, count)
+        return lambda: _HostProtocol(host, answer, count, delays.get(host, 0.0))
 
     async def control(request: web.BaseRequest) -> web.StreamResponse:
         nonlocal counters
@@ -340,11 +408,11 @@ async def _serve(spec: SiteSpec, fds: list[int], authorities: list[str]) -> None
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.siteserver")
-    parser.add_argument("spec", help="the SiteSpec as JSON")
+    parser.add_argument("spec", help="the site's spec as JSON (shapes.to_wire)")
     parser.add_argument("fds", help="listening socket descriptors, one per host, comma-separated")
     parser.add_argument("authorities", help="127.0.0.N:PORT per host, comma-separated")
     args = parser.parse_args(argv)
-    spec = SiteSpec(**orjson.loads(args.spec))
+    spec = from_wire(args.spec)
     fds = [int(fd) for fd in args.fds.split(",")]
     authorities = args.authorities.split(",")
     run(_serve(spec, fds, authorities))

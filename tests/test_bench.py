@@ -76,7 +76,8 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     assert set(report["targets"]["jetcrawl-1"]) == {
         "vs_scrapy",
         "vs_bare_extract",
-        "cpu_ms_per_page",
+        "cpu_vs_bare_extract",
+        "vs_one_worker",
     }
     ceiling = report["ceiling"]
     assert len(ceiling["phases"]) == 6
@@ -107,6 +108,59 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
     bare_cpu = report["systems"]["bare-extract"]["metrics"]["cpu_ms_per_page"]["median"]
     assert report["cpu_floor"]["ms_per_page"] == pytest.approx(bare_cpu + mix)
     assert "The floor here: the bare fetch+extract loop's" in markdown
+
+
+def test_the_realistic_site_reports_each_systems_work(tmp_path: Path) -> None:
+    # Each system is checked against its own known set: the bare loop the HTML pages, Scrapy a
+    # crawl skipping binaries by extension, jetcrawl every URL; the report says they differ.
+    systems = ["bare-extract", "jetcrawl-1"]
+    if importlib.util.find_spec("scrapy") is not None:
+        systems.append("scrapy")
+    argv = ["--site", "realistic", "--out", str(tmp_path), "--hosts", "2", "--pages", "60"]
+    argv += ["--reps", "1", "--systems", ",".join(systems), "--ceiling-messages", "0"]
+    assert main([*argv, "--no-profile"]) == 0
+
+    report = orjson.loads((tmp_path / "bench.json").read_bytes())
+    assert [run["problems"] for run in report["runs"]] == [[]] * len(systems)
+    assert report["meta"]["shape"] == "realistic"
+    runs = {run["system"]: run for run in report["runs"]}
+    html = report["meta"]["html_pages"]
+    assert all(run["pages"] == run["html"] == html for run in runs.values())
+    assert runs["bare-extract"]["binaries"] == 0 and runs["bare-extract"]["urls"] == html
+    jetcrawl = runs["jetcrawl-1"]
+    assert jetcrawl["urls"] == report["meta"]["pages"] and jetcrawl["binaries"] > 0
+    assert jetcrawl["bytes"] > runs["bare-extract"]["bytes"]
+    if "scrapy" in runs:
+        assert runs["scrapy"]["binaries"] == 0
+        assert runs["scrapy"]["urls"] == report["meta"]["skipping_pages"]
+    markdown = (tmp_path / "bench.md").read_text()
+    assert "## Work done" in markdown and "**The systems did different work**" in markdown
+    assert "| jetcrawl-1 | a crawl fetching every URL found |" in markdown
+
+
+def test_a_site_too_small_for_its_hosts_is_refused_in_one_line(tmp_path: Path) -> None:
+    argv = ["--site", "realistic", "--hosts", "5", "--pages", "50", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--pages 50: need at least 1 host and 20 pages per host"):
+        main(argv)
+    assert not (tmp_path / "bench.json").exists()
+
+
+def _worked(system: str, urls: int, html: int, binaries: int) -> RunResult:
+    run = _run(system, 1.0)
+    run.urls, run.html, run.binaries = urls, html, binaries
+    return run
+
+
+def test_the_report_says_when_systems_did_different_work() -> None:
+    same = Report(meta=META, runs=[_worked("bare-fetch", 90, 90, 0), _worked("x", 90, 90, 0)])
+    assert same.different_work() == []
+    assert "Every system did the same work." in same.markdown()
+    runs = [_worked("scrapy", 95, 90, 0), _worked("jetcrawl-1", 120, 90, 25)]
+    differs = Report(meta=META, runs=runs)
+    assert differs.different_work() == [
+        "scrapy fetched 25 fewer URLs than jetcrawl-1 (0 HTML pages, 25 binaries)"
+    ]
+    assert "**The systems did different work**: scrapy fetched 25" in differs.markdown()
 
 
 def test_a_process_first_seen_without_its_command_line_is_named_at_a_later_sample() -> None:

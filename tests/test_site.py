@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
@@ -36,11 +36,13 @@ async def reference_crawl(
     scope: str = "any",
     obey_robots: bool = True,
     honour_base: bool = True,
+    tracking: Collection[str] = TRACKING_PARAMS,
 ) -> Crawl:
-    """A plain BFS crawler: robots.txt per host, no redirect following (Location is a link)."""
+    """A plain BFS crawler: robots.txt per host, no redirect following (Location is a link),
+    the ``tracking`` parameters stripped."""
     crawl = Crawl()
     robots: dict[str, RobotFileParser] = {}
-    queue = [canonical(seed) or seed for seed in seeds]
+    queue = [canonical(seed, tracking) or seed for seed in seeds]
     crawl.depths = dict.fromkeys(queue, 0)
     while queue:
         url = queue.pop(0)
@@ -55,7 +57,7 @@ async def reference_crawl(
         async with session.get(url, allow_redirects=False) as response:
             crawl.fetched[url] = response.status
             links: list[str] = []
-            if response.status in (301, 302):
+            if response.status in (301, 302, 303, 307, 308):
                 links = [urljoin(url, response.headers["Location"])]
             elif response.status == 200 and response.content_type == "text/html":
                 page = await response.text()
@@ -64,7 +66,7 @@ async def reference_crawl(
                     page = re.sub(r"<base [^>]*>", "", page)
                 links = extract_links(page, url)
         for link in links:
-            target = canonical(link)
+            target = canonical(link, tracking)
             if target is None or target in crawl.depths:
                 continue
             if scope == "host" and urlsplit(target).netloc != host:

@@ -12,6 +12,11 @@ Links are written in every form a crawler must canonicalize: absolute, scheme-re
 relative (to the page or its ``<base href>``), with dot segments, ``#fragments``, tracking
 parameters, the query unsorted, an upper-case scheme, a percent-encoded digit; or not http at all
 (``raw``: ``mailto:``, ``javascript:``, ``tel:``, ``#top``, the empty href).
+
+``expected(..., skip_binaries=True)`` is the crawl of a crawler that does not follow links whose
+path ends in one of ``BINARY_EXTENSIONS`` (as Scrapy's LinkExtractor does by default, comparing
+the lower-case path's end): it fetches
+neither those URLs nor anything only they lead to.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "BINARY_EXTENSIONS",
     "DISALLOWED_PREFIX",
     "ROBOTS_TXT",
     "TRACKING_PARAMS",
@@ -34,11 +40,15 @@ __all__ = [
     "Loc",
     "Scope",
     "Site",
+    "is_binary",
 ]
 
 ROBOTS_TXT = b"User-agent: *\nDisallow: /private/\n"
 DISALLOWED_PREFIX = "/private/"
 TRACKING_PARAMS = frozenset({"utm_source", "utm_medium", "utm_campaign", "fbclid", "gclid"})
+# Every extension the sites give their non-HTML files; each is in Scrapy's IGNORED_EXTENSIONS
+# (tests/test_site.py checks it where Scrapy is installed).
+BINARY_EXTENSIONS = (".pdf", ".png", ".jpg", ".gif", ".webp", ".zip", ".tar.gz", ".mp4")
 DIRECTORIES = 8  # the "dotted" form climbs out of /sD/ with D = host % DIRECTORIES
 
 # page: public HTML; file: not HTML, never parsed; private: HTML under DISALLOWED_PREFIX;
@@ -104,6 +114,7 @@ class Expected:
     disallowed: frozenset[str]  # robots-blocked URLs that fetched pages link
     html_pages: frozenset[str]  # the fetchable URLs whose links a crawler extracts
     links: frozenset[str]  # every canonical http URL fetched pages and redirects point at
+    page_links: frozenset[str]  # ... that fetched HTML pages point at (redirects left out)
     depths: dict[str, int]  # every URL above -> its BFS link depth (seeds 0), by depth
 
     @property
@@ -111,13 +122,25 @@ class Expected:
         return frozenset(self.fetchable) | self.disallowed
 
 
+def is_binary(loc: Loc) -> bool:
+    """Whether a link to ``loc`` is one a crawler skipping binaries by extension drops."""
+    return loc.path.lower().endswith(BINARY_EXTENSIONS)
+
+
 class Site:
     """A drawn site: ``entries`` by location, crawled from ``seeds``."""
 
-    def __init__(self, hosts: int, entries: dict[Loc, Entry], seeds: tuple[Loc, ...]) -> None:
+    def __init__(
+        self,
+        hosts: int,
+        entries: dict[Loc, Entry],
+        seeds: tuple[Loc, ...],
+        delays_s: dict[int, float] | None = None,
+    ) -> None:
         self.hosts = hosts
         self.entries = entries
         self.seeds = seeds
+        self.delays_s = delays_s or {}  # host -> the fixed delay of each of its answers
 
     # ------------------------------------------------------------------ the answer
 
@@ -130,10 +153,12 @@ class Site:
         seeds: Iterable[Loc] | None = None,
         scope: Scope = "any",
         max_depth: int | None = None,
+        skip_binaries: bool = False,
     ) -> Expected:
         """The crawl from ``seeds`` (default: the site's) over the links, not expanding
         robots-disallowed URLs, nor pages at ``max_depth``; scope "host" drops every link to
-        another host than the one it is on."""
+        another host than the one it is on; ``skip_binaries`` drops every link whose path ends in
+        one of ``BINARY_EXTENSIONS``."""
         depth: dict[Loc, int] = {}
         queue: deque[Loc] = deque()
         for loc in self.seeds if seeds is None else seeds:
@@ -145,6 +170,7 @@ class Site:
         disallowed: set[str] = set()
         html_pages: set[str] = set()
         links: set[str] = set()
+        page_links: set[str] = set()
         while queue:
             loc = queue.popleft()
             url = self.url(loc, authorities)
@@ -162,7 +188,11 @@ class Site:
             for target in self.outlinks(entry):
                 if scope == "host" and target.host != loc.host:
                     continue
+                if skip_binaries and is_binary(target):
+                    continue
                 links.add(self.url(target, authorities))
+                if entry.redirect is None:
+                    page_links.add(self.url(target, authorities))
                 if target not in depth:
                     depth[target] = depth[loc] + 1
                     queue.append(target)
@@ -172,6 +202,7 @@ class Site:
             disallowed=frozenset(disallowed),
             html_pages=frozenset(html_pages),
             links=frozenset(links),
+            page_links=frozenset(page_links),
             depths={
                 self.url(loc, authorities): d
                 for loc, d in sorted(depth.items(), key=lambda item: item[1])

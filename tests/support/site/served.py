@@ -38,7 +38,7 @@ from __future__ import annotations
 import socket
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from types import TracebackType
@@ -70,13 +70,14 @@ class SiteRequest:
 # --- the canonical form and link extraction a crawler is measured against ---------------------
 
 
-def canonical(url: str) -> str | None:
-    """``http(s)://host:port/path?sorted-query`` without fragment and tracking; None if not http."""
+def canonical(url: str, tracking: Collection[str] = TRACKING_PARAMS) -> str | None:
+    """``http(s)://host:port/path?sorted-query`` without fragment and ``tracking`` parameters;
+    None if not http."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return None
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode(sorted((k, v) for k, v in pairs if k not in TRACKING_PARAMS))
+    query = urlencode(sorted((k, v) for k, v in pairs if k not in tracking))
     return urlunsplit((parts.scheme, parts.netloc.lower(), parts.path or "/", query, ""))
 
 
