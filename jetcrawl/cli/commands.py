@@ -24,7 +24,7 @@ from jetcrawl.cli.runtime import (
     run_async,
     tune_gc,
 )
-from jetcrawl.cli.services import run_dispatcher, run_worker
+from jetcrawl.cli.services import run_dispatcher, run_renderer, run_worker
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
@@ -91,6 +91,18 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     run_async(lambda: run_worker(settings))
+    return 0
+
+
+def cmd_renderer(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if not os.access(settings.chromium_path, os.X_OK):
+        raise UsageError(
+            "chromium_path",
+            f"{settings.chromium_path} is not an executable Chromium "
+            "(apt-get install chromium, or --chromium PATH)",
+        )
+    run_async(lambda: run_renderer(settings))
     return 0
 
 

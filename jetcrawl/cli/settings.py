@@ -20,6 +20,9 @@ FLAG_SETTINGS = (
     "host_delay_s",
     "host_concurrency",
     "user_agent",
+    "render",
+    "render_concurrency",
+    "chromium_path",
 )
 
 
@@ -28,4 +31,6 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     flags |= {n: getattr(args, n) for n in FLAG_SETTINGS if getattr(args, n, None) is not None}
     if getattr(args, "allow_nets", None):
         flags["allow_nets"] = tuple(args.allow_nets)
+    if getattr(args, "proxies", None):
+        flags["proxies"] = tuple(args.proxies)
     return Settings.from_env(**flags, **extra)

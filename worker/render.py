@@ -1,0 +1,61 @@
+"""Asking the renderer service for a page's DOM: one NATS request per page, in the task's trace.
+
+``RenderClient.render`` sends the served HTML on ``crawl.render`` (:mod:`jetcrawl.contract.render`)
+with the current trace context in the headers, and returns the reply. Failures are fetch errors,
+translated here once: no renderer running or none answering in time is ``render_unavailable``
+(transient: the task is retried later), a render that failed or timed out at the renderer is
+``render`` (recorded).
+"""
+
+from __future__ import annotations
+
+from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+
+from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.render import RENDER_SUBJECT, RenderReply, RenderRequest
+from jetcrawl.otel import inject
+from jetcrawl.worker.errors import FetchError
+
+__all__ = ["REPLY_MARGIN_S", "RenderClient"]
+
+REPLY_MARGIN_S = 5.0  # beyond the render's own time limit, for the queue and the reply
+
+
+class RenderClient:
+    def __init__(self, nc: NATS, timeout_s: float) -> None:
+        self._nc = nc
+        self._timeout_s = timeout_s
+        self.requests = 0
+
+    async def render(
+        self, url: str, html: str, user_agent: str, delay_s: float, proxy: str | None
+    ) -> RenderReply:
+        request = RenderRequest(url, html, user_agent, delay_s, self._timeout_s, proxy)
+        data = request.to_wire()
+        if len(data) > self._nc.max_payload:
+            message = f"page of {len(data)} bytes is over NATS max_payload {self._nc.max_payload}"
+            raise FetchError("render", message, url)
+        self.requests += 1
+        try:
+            msg = await self._nc.request(
+                RENDER_SUBJECT,
+                data,
+                timeout=self._timeout_s + REPLY_MARGIN_S,
+                headers=dict(inject(None) or {}) or None,
+            )
+        except NoRespondersError:
+            raise FetchError("render_unavailable", "no renderer is running", url) from None
+        except TimeoutError:
+            message = f"no renderer answered in {self._timeout_s + REPLY_MARGIN_S:.0f} s"
+            raise FetchError("render_unavailable", message, url) from None
+        except NatsError as e:
+            raise FetchError("render_unavailable", f"NATS: {e!r}", url) from None
+        try:
+            reply = RenderReply.from_wire(msg.data)
+        except MessageError as e:
+            raise FetchError("render", f"unreadable reply: {e}", url) from None
+        if reply.error is not None:
+            raise FetchError("render", reply.error, url)
+        return reply
