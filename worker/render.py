@@ -21,6 +21,10 @@ from jetcrawl.worker.errors import FetchError
 __all__ = ["REPLY_MARGIN_S", "RenderClient"]
 
 REPLY_MARGIN_S = 5.0  # beyond the render's own time limit, for the queue and the reply
+# "No responders" is asked again a few times, NO_RESPONDERS_WAIT_S doubling: a renderer that
+# has just subscribed (started, reconnected) is not always in the server's view at once.
+NO_RESPONDERS_TRIES = 4
+NO_RESPONDERS_WAIT_S = 0.1
 
 
 class RenderClient:

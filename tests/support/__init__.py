@@ -1,6 +1,8 @@
 """What the tests stand on, besides the fixtures in ``tests/conftest.py``.
 
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
+jssite    a website whose links only JavaScript writes (the render tests)
+proxy     a local HTTP forward proxy recording what it carried (the proxy tests)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers

@@ -138,8 +138,12 @@ class Browser:
             try:
                 async with asyncio.timeout(request.timeout_s):
                     await page.goto(request.url, wait_until="load")
+                    # Scripts may go on fetching after "load" (XHR, fetch): give them a while,
+                    # longer on a host whose politeness spaces their requests.
+                    settle_ms = (SETTLE_S + 2 * request.delay_s) * 1000
                     with contextlib.suppress(PlaywrightError):
-                        await page.wait_for_load_state("networkidle", timeout=SETTLE_S * 1000)
+                        await page.wait_for_load_state("networkidle", timeout=settle_ms)
+                    await rules.settled()  # no request half-decided when the DOM is read
                     return await page.content()
             except TimeoutError:
                 raise RenderFailed("timeout", f"not rendered in {request.timeout_s} s") from None

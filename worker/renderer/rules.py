@@ -63,9 +63,26 @@ class RenderRules:
         self._document_served = False
         self._turn = asyncio.Lock()  # one request to the host at a time
         self._last_start = clock()  # the worker's fetch of the document
+        self._pending = 0  # requests being decided or fetched now
+        self._settled = asyncio.Event()  # set while nothing is pending
+        self._settled.set()
         self.requests: list[SubRequest] = []
 
+    async def settled(self) -> None:
+        """Wait until no request of the page is being decided or fetched."""
+        await self._settled.wait()
+
     async def handle(self, route: Route) -> None:
+        self._pending += 1
+        self._settled.clear()
+        try:
+            await self._handle(route)
+        finally:
+            self._pending -= 1
+            if not self._pending:
+                self._settled.set()
+
+    async def _handle(self, route: Route) -> None:
         request = route.request
         if not self._document_served and request.is_navigation_request():
             self._document_served = True

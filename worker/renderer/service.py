@@ -65,6 +65,7 @@ class RendererService:
         self._slots = asyncio.Semaphore(settings.render_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()  # renders running, owned here
         self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()  # subscribed: requests sent from now on reach it
         self.stats = RenderStats()
 
     async def __aenter__(self) -> RendererService:
@@ -97,6 +98,7 @@ class RendererService:
             RENDER_SUBJECT, queue=RENDER_QUEUE, cb=self._take, pending_msgs_limit=limit
         )
         await self._nc.flush()
+        self.ready.set()
         log.info("renderer %s ready on %s", self._name, RENDER_SUBJECT)
         await self._stopping.wait()
         await self._sub.unsubscribe()
