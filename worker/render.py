@@ -9,6 +9,8 @@ translated here once: no renderer running or none answering in time is ``render_
 
 from __future__ import annotations
 
+import asyncio
+
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
@@ -16,6 +18,7 @@ from nats.errors import NoRespondersError
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.render import RENDER_SUBJECT, RenderReply, RenderRequest
 from jetcrawl.otel import inject
+from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.worker.errors import FetchError
 
 __all__ = ["REPLY_MARGIN_S", "RenderClient"]
@@ -33,6 +36,14 @@ class RenderClient:
         self._timeout_s = timeout_s
         self.requests = 0
 
+    async def answers(self, timeout_s: float = 1.0) -> bool:
+        """Whether a renderer answers now (an empty request is a readiness probe)."""
+        try:
+            await self._nc.request(RENDER_SUBJECT, b"", timeout=timeout_s)
+        except (NatsError, TimeoutError):
+            return False
+        return True
+
     async def render(
         self, url: str, html: str, user_agent: str, delay_s: float, proxy: str | None
     ) -> RenderReply:
@@ -42,17 +53,23 @@ class RenderClient:
             message = f"page of {len(data)} bytes is over NATS max_payload {self._nc.max_payload}"
             raise FetchError("render", message, url)
         self.requests += 1
+        headers = dict(inject(None) or {}) or None
+        timeout_s = self._timeout_s + REPLY_MARGIN_S
         try:
-            msg = await self._nc.request(
-                RENDER_SUBJECT,
-                data,
-                timeout=self._timeout_s + REPLY_MARGIN_S,
-                headers=dict(inject(None) or {}) or None,
-            )
+            for attempt in range(1, NO_RESPONDERS_TRIES + 1):
+                try:
+                    msg = await self._nc.request(
+                        RENDER_SUBJECT, data, timeout=timeout_s, headers=headers
+                    )
+                    break
+                except NoRespondersError:
+                    if attempt == NO_RESPONDERS_TRIES:
+                        raise
+                    await asyncio.sleep(backoff_s(attempt, NO_RESPONDERS_WAIT_S))
         except NoRespondersError:
             raise FetchError("render_unavailable", "no renderer is running", url) from None
         except TimeoutError:
-            message = f"no renderer answered in {self._timeout_s + REPLY_MARGIN_S:.0f} s"
+            message = f"no renderer answered in {timeout_s:.0f} s"
             raise FetchError("render_unavailable", message, url) from None
         except NatsError as e:
             raise FetchError("render_unavailable", f"NATS: {e!r}", url) from None

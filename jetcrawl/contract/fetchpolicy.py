@@ -47,6 +47,11 @@ class FetchPolicy:
     proxy_rotation: str = "sticky"
     on_block: str = "record"
 
+    @property
+    def may_render(self) -> bool:
+        """Whether pages of this policy may need a renderer."""
+        return self.render != RENDER_NEVER or self.on_block == "render"
+
     @classmethod
     def from_doc(cls, doc: object, path: str = "fetch") -> FetchPolicy:
         """A job spec's ``fetch`` section, checked field by field."""

@@ -5,7 +5,8 @@ group ``RENDER_QUEUE``) with the task's trace context in its headers, and waits 
 ``RenderReply`` up to the request's ``timeout_s`` plus a margin. The request carries the HTML
 the worker fetched, so the document is not fetched twice; every other request the page makes
 is fetched by the renderer under the rules (robots.txt for ``user_agent``, ``delay_s`` between
-requests to the page's host, the SSRF guard, no other host) and listed in the reply.
+requests to the page's host, the SSRF guard, no other host) and listed in the reply. An empty
+request is a readiness probe, answered with an empty reply.
 """
 
 from __future__ import annotations

@@ -113,6 +113,10 @@ class RendererService:
 
     async def _serve(self, msg: Msg) -> None:
         try:
+            if not msg.data:  # a readiness probe (RenderClient.answers)
+                if msg.reply:
+                    await msg.respond(b"")
+                return
             started = time.perf_counter()
             try:
                 request = RenderRequest.from_wire(msg.data)
