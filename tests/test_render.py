@@ -13,12 +13,21 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import SEEDS
+from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import NatsServer
+from jetcrawl.otel import Tracing
+from jetcrawl.worker import Worker
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.render import RenderClient
 from jetcrawl.worker.renderer import RendererService
@@ -130,3 +139,40 @@ async def test_no_renderer_is_a_transient_failure_named(nats_server: NatsServer,
         await client.render("http://127.0.0.1:1/", SHELL, "jetcrawl/0.1", 0.0, None)
     assert caught.value.kind == "render_unavailable" and caught.value.transient
     assert "no renderer is running" in caught.value.message
+
+
+async def test_the_render_span_joins_the_tasks_trace(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider.get_tracer("test"), provider)
+    settings = render_settings(nats_server, render="always")
+    async with (
+        BadSite() as site,
+        RendererService(settings, "r1", tracing) as renderer,
+        Dispatcher(settings, tracing) as dispatcher,
+        Worker(settings, "w1", tracing) as worker,
+        asyncio.TaskGroup() as tg,
+    ):
+        js_site(site, site.url("/nowhere"))
+        for service in (renderer, dispatcher, worker):
+            tg.create_task(service.run())
+        await renderer.ready.wait()
+        await worker.wait_running()
+        for shard in range(settings.shards):
+            await worker.on_acquired(shard, fence=1)
+        await js.publish(SEEDS, orjson.dumps({"url": site.url("/"), "max_depth": 0}))
+        await drained(js)
+        for service in (renderer, dispatcher, worker):
+            service.stop()
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    [process] = [s for s in spans if s.name.startswith("process crawl.tasks.")]
+    [get] = [s for s in spans if s.name == "GET"]
+    [render] = [s for s in spans if s.name == "render"]
+    assert render.context.trace_id == process.context.trace_id, "one trace"
+    assert render.parent is not None and render.parent.span_id == process.context.span_id
+    assert render.kind == SpanKind.SERVER
+    assert get.attributes is not None and get.attributes["jetcrawl.rendered"] is True

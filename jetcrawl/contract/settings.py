@@ -174,7 +174,7 @@ class Settings:
     contact_url: str = DEFAULT_CONTACT_URL
     render_timeout_s: float = 20.0  # one render, sub-requests included; then the page is killed
     render_concurrency: int = 2  # pages a renderer renders at once
-    render_pages_per_context: int = 20  # a browser context is recycled after this many pages
+    render_pages_per_browser: int = 50  # Chromium is replaced after this many pages (memory)
     render_max_dom_bytes: int = 2 * 1024 * 1024
     chromium_path: str = "/usr/bin/chromium"
 
@@ -208,8 +208,8 @@ class Settings:
             )
         if self.render_timeout_s <= 0 or self.render_concurrency < 1:
             raise SettingsError("render_timeout_s/render_concurrency", "must be > 0")
-        if self.render_pages_per_context < 1:
-            raise SettingsError("render_pages_per_context", "must be >= 1")
+        if self.render_pages_per_browser < 1:
+            raise SettingsError("render_pages_per_browser", "must be >= 1")
         FetchPolicy.from_settings(self)  # render, proxies, proxy_rotation, on_block
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")

@@ -60,7 +60,7 @@ class RendererService:
         self._nc: NATS | None = None
         self._fetcher = Fetcher(settings)
         self._robots = Robots(settings, self._fetcher)
-        self._browser = Browser(settings.chromium_path, settings.render_pages_per_context)
+        self._browser = Browser(settings.chromium_path, settings.render_pages_per_browser)
         self._sub: Subscription | None = None
         self._slots = asyncio.Semaphore(settings.render_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()  # renders running, owned here
