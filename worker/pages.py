@@ -150,7 +150,7 @@ class PageFetcher:
     ) -> Fetched:
         if self._renderer is None:
             raise FetchError("render_unavailable", "this worker has no renderer", fetched.url)
-        html = fetched.body.decode(fetched.charset or "utf-8", "replace")
+        html = _decoded(fetched.body, fetched.charset)
         self.renders += 1
         reply = await self._renderer.render(
             fetched.final_url,
@@ -161,6 +161,14 @@ class PageFetcher:
         )
         dom = (reply.dom or "").encode()
         return dataclasses.replace(fetched, body=dom, charset="utf-8")
+
+
+def _decoded(body: bytes, charset: str | None) -> str:
+    """The served HTML as text for the browser: its charset when Python knows it, else UTF-8."""
+    try:
+        return body.decode(charset or "utf-8", "replace")
+    except LookupError:  # a charset label Python has no codec for
+        return body.decode("utf-8", "replace")
 
 
 def _blocked(fetched: Fetched) -> str | None:

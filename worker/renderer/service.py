@@ -26,7 +26,7 @@ from jetcrawl.contract.errors import MessageError, SettingsError
 from jetcrawl.contract.render import RENDER_QUEUE, RENDER_SUBJECT, RenderReply, RenderRequest
 from jetcrawl.contract.settings import Settings
 from jetcrawl.otel import NO_TRACING, Tracing
-from jetcrawl.otel.spans import fail
+from jetcrawl.otel.spans import URL_FULL, fail, redact_url
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.proxies import resolve
@@ -129,7 +129,7 @@ class RendererService:
                 "render",
                 context=self._tracing.extract(msg.headers),
                 kind=SpanKind.SERVER,
-                attributes={"url.full": request.url},
+                attributes={URL_FULL: redact_url(request.url)},
             ) as span:
                 reply = await self._render(request, started)
                 if reply.error is not None:
