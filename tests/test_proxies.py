@@ -16,6 +16,7 @@ from jetcrawl.local.embedded import NatsServer
 from jetcrawl.worker.proxies import ProxyPool, resolve
 from tests.support.proxy import ForwardProxy, dead_proxy_url
 from tests.test_good_citizen import crawling, drained, results, seed, settings_for, site_of
+from tests.test_softblock import CLOUDFLARE
 
 # --- the policy
 
@@ -214,3 +215,27 @@ async def test_the_ssrf_guard_holds_through_a_proxy(
     assert metadata.outcome == "failed" and metadata.error is not None
     assert metadata.error.kind == "blocked" and "link_local" in metadata.error.message
     assert proxy.log == [site.url("/")], "the refused address never reached the proxy"
+
+
+async def test_on_block_proxy_benches_the_walled_proxy_and_fetches_through_the_next(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    async with (
+        ForwardProxy(wall=CLOUDFLARE) as walled,
+        ForwardProxy() as clean,
+        site_of("127.0.0.2", 4) as site,
+    ):
+        settings = settings_for(
+            nats_server,
+            proxies=(walled.url, clean.url),
+            proxy_rotation="round_robin",
+            on_block="proxy",
+        )
+        async with crawling(settings) as worker:
+            await seed(js, [site.url("/")])
+            await drained(js)
+    crawled = await results(js)
+    assert len(crawled) == 5 and {r.outcome for r in crawled.values()} == {"fetched"}
+    assert walled.log == [site.url("/")], "benched after its first wall"
+    assert sorted(clean.log) == sorted(crawled), "the clean proxy fetched every page"
+    assert worker.stats.retried == 0, "escalated in place: no attempt spent"

@@ -176,3 +176,34 @@ async def test_the_render_span_joins_the_tasks_trace(
     assert render.parent is not None and render.parent.span_id == process.context.span_id
     assert render.kind == SpanKind.SERVER
     assert get.attributes is not None and get.attributes["jetcrawl.rendered"] is True
+
+
+CHALLENGE = """<html><head><title>Checking your browser</title>
+<script src="/challenge.js"></script></head><body></body></html>"""
+CHALLENGE_JS = """document.currentScript.remove();
+document.addEventListener('DOMContentLoaded', () => {
+  document.title = 'passed';
+  document.body.innerHTML = '<a href="/js/p0">p0</a>';
+});"""
+
+
+@pytest.mark.parametrize("on_block", ["render", "record"])
+async def test_on_block_render_gets_past_a_script_challenge(
+    nats_server: NatsServer, js: JetStreamContext, on_block: str
+) -> None:
+    settings = render_settings(nats_server, on_block=on_block)
+    async with BadSite() as site, rendering(settings), crawling(settings):
+        js_site(site, site.url("/nowhere"))
+        site.add("/gate", CHALLENGE)
+        site.add("/challenge.js", CHALLENGE_JS, content_type="text/javascript")
+        await seed(js, [site.url("/gate")])
+        await drained(js)
+    crawled = await results(js)
+    gate = crawled[site.url("/gate")]
+    if on_block == "render":
+        assert (gate.outcome, gate.rendered, gate.title) == ("fetched", True, "passed")
+        assert set(crawled) == {site.url("/gate"), site.url("/js/p0")}
+    else:
+        assert (gate.outcome, gate.rendered) == ("blocked", False)
+        assert gate.error is not None and gate.error.message.startswith("challenge_script")
+        assert set(crawled) == {site.url("/gate")}

@@ -4,7 +4,8 @@
 absolute-form requests (``GET http://host:port/path``), as clients send plain-HTTP requests to a
 proxy, fetches them with its own client and answers with the upstream response. ``log`` lists
 the URLs it carried, in order. ``require_auth`` makes it answer 407 to a request without those
-Basic credentials. ``dead_proxy_url()`` is the URL of a port nothing listens on.
+Basic credentials; ``wall`` makes it answer every request with that page (200), as a site does to
+a proxy whose address it has flagged. ``dead_proxy_url()`` is the URL of a port nothing listens on.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ __all__ = ["ForwardProxy", "dead_proxy_url"]
 
 
 class ForwardProxy:
-    def __init__(self, host: str = "127.0.0.1", require_auth: tuple[str, str] | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        require_auth: tuple[str, str] | None = None,
+        wall: bytes | None = None,
+    ):
         self.host = host
+        self._wall = wall
         self.port = 0
         self.log: list[str] = []  # the URLs carried
         self.refused = 0  # requests answered 407
@@ -63,6 +70,8 @@ class ForwardProxy:
                 return web.Response(status=407, headers={"Proxy-Authenticate": "Basic"})
         target = str(request.url)  # absolute-form: the URL the client wants
         self.log.append(target)
+        if self._wall is not None:
+            return web.Response(body=self._wall, content_type="text/html")
         assert self._client is not None
         headers = {
             k: v
