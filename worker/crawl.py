@@ -284,8 +284,9 @@ class TaskProcessor:
         self.stats.rendered += got.rendered
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
+            html, charset = got.html()  # the rendered DOM, when there is one
             with self._telemetry.parse():
-                page = extract(fetched.body, fetched.final_url, fetched.charset, self._links)
+                page = extract(html, fetched.final_url, charset, self._links)
         self.stats.fetched += 1
         digest, ref = await self._keep_body(a.task, fetched) if fetched.body else (None, None)
         result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)

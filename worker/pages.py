@@ -10,15 +10,15 @@
    the next one;
 3. the page is rendered (:mod:`jetcrawl.worker.render`) when the policy says ``always``, when it
    says ``auto`` and the HTML is a script shell (:mod:`jetcrawl.worker.shell`), or when a soft
-   block escalates to ``render``. The rendered DOM replaces the body, so links and extraction
-   read it exactly as they read served HTML; a rendered page is checked for a soft block again.
+   block escalates to ``render``. Links and extraction read the rendered DOM (``Got.html``)
+   exactly as they read served HTML; the served body stays the record's (digest, WARC). A
+   rendered page is checked for a soft block again.
 
 ``on_block: retry`` is the crawl's to carry out (a hand-back): here a soft block is only named.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,10 +41,17 @@ _PROXY_FAULTS = frozenset({"proxy", "timeout", "connect", "refused"})
 
 @dataclass(frozen=True, slots=True)
 class Got:
-    fetched: Fetched  # when rendered, its body is the DOM (UTF-8)
+    fetched: Fetched  # the response as served (its body is what a WARC record keeps)
     rendered: bool = False
     blocked: str | None = None  # the soft-block signal, or None
     proxy: str | None = None  # the label of the proxy that carried it
+    dom: bytes | None = None  # the rendered DOM as UTF-8, when rendered
+
+    def html(self) -> tuple[bytes, str | None]:
+        """What links and extraction read, and its charset: the DOM, else the served body."""
+        if self.dom is not None:
+            return self.dom, "utf-8"
+        return self.fetched.body, self.fetched.charset
 
 
 class PageFetcher:
@@ -110,8 +117,8 @@ class PageFetcher:
         label = proxy.label if proxy else None
         if not render:
             return Got(fetched, False, blocked, label)
-        fetched = await self._render(fetched, policy, delay_s, proxy)
-        return Got(fetched, True, _blocked(fetched), label)
+        dom = await self._render(fetched, policy, delay_s, proxy)
+        return Got(fetched, True, soft_block(200, dom, None), label, dom)
 
     async def _fetch(
         self,
@@ -147,7 +154,7 @@ class PageFetcher:
 
     async def _render(
         self, fetched: Fetched, policy: FetchPolicy, delay_s: float, proxy: Proxy | None
-    ) -> Fetched:
+    ) -> bytes:
         if self._renderer is None:
             raise FetchError("render_unavailable", "this worker has no renderer", fetched.url)
         html = _decoded(fetched.body, fetched.charset)
@@ -159,8 +166,7 @@ class PageFetcher:
             delay_s,
             proxy.source if proxy else None,
         )
-        dom = (reply.dom or "").encode()
-        return dataclasses.replace(fetched, body=dom, charset="utf-8")
+        return (reply.dom or "").encode()
 
 
 def _decoded(body: bytes, charset: str | None) -> str:
