@@ -49,26 +49,39 @@ _CHALLENGE_PATH = re.compile(r"/(cdn-cgi/challenge-platform|captcha|challenge)(/
 _LOGIN_PATH = re.compile(r"/(login|signin|sign-in|auth)(/|$|\.)", re.I)
 _RETURN_PARAMS = frozenset({"next", "return", "returnurl", "return_to", "redirect", "continue"})
 _CHALLENGE_WORDS = re.compile(rb"challenge|captcha|jschl|bot-detect", re.I)
+_MARKERS = re.compile(b"|".join(re.escape(m) for m in CHALLENGE_MARKERS), re.I)
+_PASSWORD_FIELD = re.compile(rb"""type\s*=\s*["']?password""", re.I)
+SCAN_BYTES = 64 * 1024  # markers and password fields are looked for in the first 64 KiB
 
 
 def soft_block(status: int, body: bytes, redirect_to: str | None) -> str | None:
     """The signal that makes this response a soft block, or None. ``redirect_to`` is where it
-    redirected (the followed chain's end, or the Location of a recorded redirect)."""
+    redirected (the followed chain's end, or the Location of a recorded redirect).
+
+    Every page passes here, so the HTML is parsed only when a byte scan hints at a challenge
+    script or a password field: an ordinary page costs two regex scans, not a second parse.
+    """
     if redirect_to is not None and _challenge_url(redirect_to):
         return "challenge_redirect"
     if not 200 <= status < 300 or not body:
         return None
-    lowered = body[: TINY_BODY_BYTES * 4].lower()
-    if any(marker in lowered for marker in CHALLENGE_MARKERS):
+    head = body[:SCAN_BYTES]
+    if _MARKERS.search(head):
         return "challenge_marker"
+    tiny = len(body) < TINY_BODY_BYTES
+    maybe_script = tiny and _CHALLENGE_WORDS.search(body) is not None
+    maybe_login = _PASSWORD_FIELD.search(head) is not None
+    if not (maybe_script or maybe_login):
+        return None
     tree = LexborHTMLParser(body)
-    if len(body) < TINY_BODY_BYTES:
+    if maybe_script:
         for node in tree.css("script, meta[http-equiv]"):
             said = f"{node.attrs.get('src') or ''} {node.attrs.get('content') or ''} "
             if _CHALLENGE_WORDS.search(said.encode() + node.text(deep=True).encode()):
                 return "challenge_script"
     if (
-        tree.css_first("input[type=password]") is not None
+        maybe_login
+        and tree.css_first("input[type=password]") is not None
         and len(tree.css("a[href]")) < LOGIN_WALL_MAX_LINKS
     ):
         return "login_wall"
