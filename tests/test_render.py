@@ -34,6 +34,7 @@ from jetcrawl.worker.renderer import RendererService
 from tests.support.badsite import BadSite
 from tests.support.jssite import JS_PAGES, SHELL, js_site
 from tests.support.tools import require
+from tests.test_fail_fast import jetcrawl
 from tests.test_good_citizen import crawling, drained, gaps, results, seed, settings_for
 
 
@@ -209,3 +210,17 @@ async def test_on_block_render_gets_past_a_script_challenge(
         assert (gate.outcome, gate.rendered) == ("blocked", False)
         assert gate.error is not None and gate.error.message.startswith("challenge_script")
         assert set(crawled) == {site.url("/gate")}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["renderer"], ["crawl", "http://a.test/", "--render", "auto"]],
+    ids=["renderer", "crawl --render auto"],
+)
+async def test_no_chromium_fails_the_command_at_once_in_one_line(command: list[str]) -> None:
+    code, err = await jetcrawl(*command, "--set", "chromium_path=/nonexistent/chromium")
+    assert code == 2, err
+    assert err[-1] == (
+        "jetcrawl: chromium_path: /nonexistent/chromium is not an executable Chromium "
+        "(apt-get install chromium, or set chromium_path)"
+    )
