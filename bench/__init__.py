@@ -9,6 +9,7 @@ runners.py        one run of one system, and the check that it crawled the known
 ceiling.py        JetStream messages/s and nats-server CPU for jetcrawl's per-page mix
 memory.py         dispatcher RSS while the seen set grows (``python -m bench memory``)
 extract.py        extraction's CPU per page beside Scrapy's (``python -m bench extract``)
+render.py         renderer pages/s per core and RSS per browser (``python -m bench render``)
 profile.py        py-spy recordings of jetcrawl's processes, summarized
 urls.py           canonicalizers timed on one URL corpus (``python -m bench urls``)
 report.py         medians, ranges, comparisons and targets as markdown and JSON

@@ -38,6 +38,7 @@ from bench.memory import measure_memory
 from bench.procs import BENCH_ROOT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
 from bench.profile import Profile, Profiler, py_spy
 from bench.reading import measure_reading, reading_markdown
+from bench.render import measure_render, render_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
 from bench.siteserver import SiteServer
@@ -110,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     extract.add_argument("--quick", action="store_true", help="20 runs per page, 3 repetitions")
     extract.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    rendering = sub.add_parser("render", help="renderer pages/s per core and RSS per browser")
+    rendering.add_argument("--pages", type=int, default=200, help="renders (default 200)")
+    rendering.add_argument("--concurrency", type=int, default=2, help="at once (default 2)")
+    rendering.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -127,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "extract":
         return extract_command(args)
+    if args.command == "render":
+        reading = run(measure_render(args.pages, args.concurrency))
+        _write_report(args.out, "render", render_markdown(reading), reading.to_dict())
+        return 0
     report = throughput(args)
     return 0 if all(r.exact for r in report.runs) else 1
 

@@ -10,6 +10,7 @@ from jetcrawl.otel.propagation import current_trace_id, extract, inject, remote_
 from jetcrawl.otel.setup import (
     DISPATCHER_SERVICE,
     NO_TRACING,
+    RENDERER_SERVICE,
     WORKER_SERVICE,
     Tracing,
     setup_tracing,
@@ -19,6 +20,7 @@ from jetcrawl.otel.setup import (
 __all__ = [
     "DISPATCHER_SERVICE",
     "NO_TRACING",
+    "RENDERER_SERVICE",
     "WORKER_SERVICE",
     "Tracing",
     "current_trace_id",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DISPATCHER_SERVICE",
     "NO_TRACING",
+    "RENDERER_SERVICE",
     "WORKER_SERVICE",
     "Tracing",
     "setup_tracing",
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DISPATCHER_SERVICE = "jetcrawl-dispatcher"
 WORKER_SERVICE = "jetcrawl-worker"
+RENDERER_SERVICE = "jetcrawl-renderer"
 INSTRUMENTATION_SCOPE = "jetcrawl"
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")

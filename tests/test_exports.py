@@ -15,9 +15,11 @@ EXPORTS: dict[str, list[str]] = {
     "jetcrawl.ops": [],
     "jetcrawl.dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
     "jetcrawl.worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
+    "jetcrawl.worker.renderer": ["RenderStats", "RendererService"],
     "jetcrawl.otel": [
         "DISPATCHER_SERVICE",
         "NO_TRACING",
+        "RENDERER_SERVICE",
         "WORKER_SERVICE",
         "Tracing",
         "current_trace_id",

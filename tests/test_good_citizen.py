@@ -63,11 +63,13 @@ def settings_for(nats_server: NatsServer, **changes: Any) -> Settings:
 
 
 @asynccontextmanager
-async def crawling(settings: Settings) -> AsyncIterator[Worker]:
+async def crawling(
+    settings: Settings, metrics: WorkerMetrics | None = None
+) -> AsyncIterator[Worker]:
     """A dispatcher and a worker that owns every shard, until the block ends."""
     async with (
         Dispatcher(settings) as dispatcher,
-        Worker(settings, "w1") as worker,
+        Worker(settings, "w1", metrics=metrics) as worker,
         asyncio.TaskGroup() as tg,
     ):
         tg.create_task(dispatcher.run())

@@ -94,6 +94,18 @@ async def test_another_product_token_gets_its_own_group(badsite: BadSite, fetche
     assert await nobody.check(badsite.url("/public")) == RobotsVerdict(False, "disallowed", None)
 
 
+async def test_a_jobs_own_user_agent_is_judged_by_its_own_token(
+    badsite: BadSite, robots: Robots
+) -> None:
+    serve(badsite, ROBOTS)
+    job_agent = "otherbot/2.0 (+https://x)"  # a job's fetch policy sends this one
+    assert await robots.check(badsite.url("/private/x"), job_agent) == RobotsVerdict(
+        True, "allowed", None
+    )
+    assert not (await robots.check(badsite.url("/private/x"))).allowed, "the worker's own"
+    assert badsite.hits["/robots.txt"] == 1, "one file for every token"
+
+
 async def test_a_byte_order_mark_does_not_hide_the_first_line(
     badsite: BadSite, robots: Robots
 ) -> None:

@@ -48,9 +48,17 @@ from jetcrawl.worker.outcome import (
     Done,
     Ownership,
 )
+from jetcrawl.worker.pages import Got, PageFetcher
 from jetcrawl.worker.parse import Page, extract
 from jetcrawl.worker.politeness import Deferred, Politeness, Turn
-from jetcrawl.worker.retry import ROBOTS_UNAVAILABLE, Backoff, retry_after_s, retry_delay, retryable
+from jetcrawl.worker.retry import (
+    ROBOTS_UNAVAILABLE,
+    SOFT_BLOCK,
+    Backoff,
+    retry_after_s,
+    retry_delay,
+    retryable,
+)
 from jetcrawl.worker.robots import Robots, RobotsVerdict
 from jetcrawl.worker.sent import SentLinks
 from jetcrawl.worker.telemetry import TaskTelemetry
@@ -90,6 +98,8 @@ class CrawlStats:
     publish_retries: int = 0  # records published again in place after a failed publish
     results_held: int = 0  # results held until stored, NATS not answering (worker/unpublished.py)
     copies_acked: int = 0  # deliveries of a task whose result was stored here: acked, not fetched
+    blocked: int = 0  # soft blocks recorded (bot walls, CAPTCHAs, login walls)
+    rendered: int = 0  # pages whose links came from a browser's DOM
 
 
 class TaskProcessor:
@@ -104,8 +114,11 @@ class TaskProcessor:
         telemetry: TaskTelemetry,
         bodies: BodyStore | None = None,
         validators: Validators | None = None,
+        pages: PageFetcher | None = None,
     ) -> None:
         self._settings = settings
+        # the fetch under each job's policy: User-Agent, proxies, soft blocks, rendering
+        self._pages = pages or PageFetcher(settings, fetcher, None)
         self._bodies = bodies  # kept only with store_bodies
         self._validators = validators  # used only for re-crawls (tasks with a generation)
         self._telemetry = telemetry  # spans and metrics (worker/telemetry.py)
@@ -198,12 +211,14 @@ class TaskProcessor:
         turn = await self._turn_step(a, verdict, abandoned)
         if not isinstance(turn, Turn):
             return turn
-        fetched, pause_s = await self._fetch_step(a, turn)
+        delay_s = self._politeness.delay_for(verdict.crawl_delay_s)
+        fetched, pause_s = await self._fetch_step(a, turn, delay_s)
         return await self._page_step(a, fetched, pause_s)
 
     async def _robots_step(self, a: Attempt) -> RobotsVerdict | Outcome:
         self._waits(a.seq, a.task.url, "robots.txt")
-        verdict = await self._telemetry.robots(self._robots.check(a.task.url))
+        agent = self._pages.policy(a.task.lineage.job).user_agent  # None: the worker's own
+        verdict = await self._telemetry.robots(self._robots.check(a.task.url, agent))
         if verdict.allowed:
             return verdict
         if verdict.reason == "unavailable":
@@ -242,9 +257,11 @@ class TaskProcessor:
         return turn
 
     async def _fetch_step(
-        self, a: Attempt, turn: Turn
-    ) -> tuple[Fetched | FetchError, float | None]:
-        """The response or the fetch error, and the host's pause (a 429/503 Retry-After)."""
+        self, a: Attempt, turn: Turn, delay_s: float
+    ) -> tuple[Got | FetchError, float | None]:
+        """The response (rendered, when the job's policy says so) or the fetch error, and the
+        host's pause (a 429/503 Retry-After). A render holds the host's turn: the page's own
+        requests are the host's politeness too."""
         self._waits(a.seq, a.task.url, "fetching")
         self._first_attempt(a.seq, time.time())  # waiting for the host is no part of the budget
         pause_s = None
@@ -252,47 +269,61 @@ class TaskProcessor:
             conditional = {}
             if a.task.gen and self._validators is not None:
                 conditional = await self._validators.conditional_headers(a.task.fp)
-            response = await self._telemetry.get(
+            got = await self._telemetry.get(
                 a.task.url,
-                self._fetcher.fetch(
+                self._pages.get(
                     a.task.url,
+                    a.task.lineage.job,
+                    delay_s=delay_s,
                     follow_redirects=self._settings.follow_redirects,
                     headers=conditional or None,
                 ),
             )
+            response = got.fetched
             if response.status in PAUSE_STATUSES:  # Retry-After pauses the whole host
                 pause_s = retry_after_s(
                     response.headers.get("retry-after"),
                     time.time(),
                     self._settings.max_retry_after_s,
                 )
-            return response, pause_s
+            return got, pause_s
         except FetchError as e:
             return e, pause_s
         finally:
             self._politeness.done(turn, pause_s=pause_s)
 
-    async def _page_step(
-        self, a: Attempt, fetched: Fetched | FetchError, pause_s: float | None
-    ) -> Outcome:
-        if isinstance(fetched, FetchError):
-            return self._failure(a, fetched.kind, fetched.message)
+    async def _page_step(self, a: Attempt, got: Got | FetchError, pause_s: float | None) -> Outcome:
+        if isinstance(got, FetchError):
+            return self._failure(a, got.kind, got.message)
+        fetched = got.fetched
         if retryable(status=fetched.status):
             return self._failure(a, HTTP_STATUS, f"HTTP {fetched.status}", fetched, pause_s)
+        if got.blocked is not None:
+            return self._blocked(a, got)
+        self.stats.rendered += got.rendered
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
+            html, charset = got.html()  # the rendered DOM, when there is one
             with self._telemetry.parse():
                 page = extract(
-                    fetched.body,
-                    fetched.final_url,
-                    fetched.charset,
-                    self._links,
-                    self._settings.max_links_per_page,
+                    html, fetched.final_url, charset, self._links, self._settings.max_links_per_page
                 )
         self.stats.fetched += 1
         digest, ref = await self._keep_body(a.task, fetched) if fetched.body else (None, None)
         result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)
+        if got.rendered:
+            result = dataclasses.replace(result, rendered=True)
         return Done(result, self._discovered(a.task, fetched, page))
+
+    def _blocked(self, a: Attempt, got: Got) -> Outcome:
+        """A soft block is no page: recorded as ``blocked``, or retried later (``on_block:
+        retry``) while the URL's budget lasts. Its links are not followed."""
+        why = f"soft block at {got.fetched.final_url}" + (f" via {got.proxy}" if got.proxy else "")
+        if self._pages.policy(a.task.lineage.job).on_block == "retry":
+            return self._failure(a, SOFT_BLOCK, f"{got.blocked}: {why}", outcome="blocked")
+        self.stats.blocked += 1
+        result = self._result(a, "blocked", got.fetched, None)
+        return Done(dataclasses.replace(result, error=Failure(SOFT_BLOCK, f"{got.blocked}: {why}")))
 
     def _failure(
         self,
@@ -301,6 +332,7 @@ class TaskProcessor:
         message: str,
         fetched: Fetched | None = None,
         retry_after: float | None = None,
+        outcome: str = "failed",
     ) -> Outcome:
         """Another attempt for a failure worth it while the URL's budget lasts; else the failure
         is the task's result (with a dead letter to replay it, when the budget ran out)."""
@@ -316,8 +348,9 @@ class TaskProcessor:
         )
         if delay is not None:
             return Again(delay, f"attempt {a.attempt + 1} after {kind}", AGAIN_RETRY)
-        self.stats.failed += 1
-        result = self._result(a, "failed", fetched, None)
+        self.stats.failed += outcome == "failed"
+        self.stats.blocked += outcome == "blocked"
+        result = self._result(a, outcome, fetched, None)
         result = dataclasses.replace(result, error=Failure(kind, message))
         letter = None
         if retryable(kind=error_kind, status=status):  # the budget ran out

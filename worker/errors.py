@@ -14,6 +14,9 @@ JetcrawlError                  (jetcrawl.contract.errors)
             protocol             the server does not speak HTTP we can read
             decoding             a Content-Encoding we cannot decode, or a corrupt one
             blocked              the SSRF guard refused the address (loopback, private, ...)
+            proxy                the proxy failed the request, or every proxy is benched
+            render               the renderer failed the page (timeout, browser, too large)
+            render_unavailable   no renderer answered in time
     ├── PluginRefused          a plugin cannot be used: not installed, not loading, other API
     └── PluginFailed           a plugin raised, or returned what is not a valid Output
 
@@ -38,10 +41,15 @@ FetchErrorKind = Literal[
     "protocol",
     "decoding",
     "blocked",
+    "proxy",
+    "render",
+    "render_unavailable",
 ]
 FETCH_ERROR_KINDS: frozenset[str] = frozenset(get_args(FetchErrorKind))
 # Worth another attempt later: the same request may well succeed. The others will not.
-TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "refused", "connect", "dns"})
+TRANSIENT_KINDS: frozenset[str] = frozenset(
+    {"timeout", "refused", "connect", "dns", "proxy", "render_unavailable"}
+)
 
 
 class WorkerError(JetcrawlError):

@@ -200,16 +200,18 @@ class Fetcher:
         *,
         follow_redirects: bool = True,
         headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> Fetched:
         """GET ``url`` (canonical); the body is read only for 2xx HTML.
 
         With ``follow_redirects=False`` a redirect is the answer: its canonical target is
-        ``location`` (a Location that is no acceptable URL is ``bad_redirect``).
+        ``location`` (a Location that is no acceptable URL is ``bad_redirect``). ``proxy``: an
+        http(s) proxy URL (credentials resolved) the request goes through.
         """
         fetched_at = time.time()
         started = time.perf_counter()
         max_redirects = self._max_redirects if follow_redirects else None
-        response, final_url, redirects = await self._follow(url, max_redirects, headers)
+        response, final_url, redirects = await self._follow(url, max_redirects, headers, proxy)
         try:
             location = None
             if response.status in REDIRECT_STATUSES and "Location" in response.headers:
@@ -253,20 +255,66 @@ class Fetcher:
         response, final_url, redirects = await self._follow(url, TEXT_MAX_REDIRECTS)
         try:
             status = response.status
-            raw = bytearray()
-            if 200 <= status < 300:
-                with _Translated(final_url):
-                    while len(raw) < max_bytes:
-                        chunk = await response.content.readany()
-                        if not chunk:
-                            break
-                        raw += chunk
+            raw = await self._read_up_to(response, final_url, max_bytes) if status < 300 else b""
         finally:
             response.release()
-        return status, raw[:max_bytes].decode("utf-8", "replace"), redirects
+        return status, raw.decode("utf-8", "replace"), redirects
+
+    async def get_resource(
+        self,
+        url: str,
+        max_bytes: int,
+        headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """``(status, headers, body)`` of one request a rendered page makes: no redirect
+        followed (the browser asks for the target itself), any type, the body up to
+        ``max_bytes`` (a longer one is ``too_large``)."""
+        response, final_url, _ = await self._follow(url, None, headers, proxy)
+        try:
+            body = await self._read_up_to(response, final_url, max_bytes + 1)
+            if len(body) > max_bytes:
+                raise FetchError("too_large", f"body over {max_bytes} bytes", url)
+            kept = {n: response.headers[n] for n in KEPT_HEADERS if n in response.headers}
+            kept.pop("content-encoding", None)  # aiohttp has decoded it
+            kept.pop("content-length", None)
+            return response.status, kept, body
+        finally:
+            response.release()
+
+    async def guard_name(self, url: str) -> None:
+        """Refuse ``url`` (``blocked``) when its host resolves to an address the SSRF guard
+        refuses. For requests through a proxy, which connects to the host itself: the
+        proxy may resolve the name again, so a proxy should refuse private ranges too."""
+        host, port = URL(url, encoded=True).host or "", URL(url, encoded=True).port or 80
+        loop = asyncio.get_running_loop()
+        await self._guard_endpoints()
+        with _Translated(url):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        for *_, address in infos:
+            reason = self._guard.check(str(address[0]), port)
+            if reason is not None:
+                where = f"{address[0]}:{port} ({reason})"
+                raise FetchError("blocked", f"SSRF guard refused {where}", url, transient=False)
+
+    async def _read_up_to(
+        self, response: aiohttp.ClientResponse, url: str, max_bytes: int
+    ) -> bytes:
+        raw = bytearray()
+        with _Translated(url):
+            while len(raw) < max_bytes:
+                chunk = await response.content.readany()
+                if not chunk:
+                    break
+                raw += chunk
+        return bytes(raw[:max_bytes])
 
     async def _follow(
-        self, url: str, max_redirects: int | None, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        max_redirects: int | None,
+        headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> tuple[aiohttp.ClientResponse, str, tuple[str, ...]]:
         """The final response of ``url``'s redirect chain, with its URL and the chain before it.
 
@@ -280,7 +328,7 @@ class Fetcher:
         redirects: list[str] = []
         current = url
         while True:
-            response = await self._send(session, current, deadline, headers)
+            response = await self._send(session, current, deadline, headers, proxy)
             location = response.headers.get("Location")
             if max_redirects is None or response.status not in REDIRECT_STATUSES or not location:
                 break
@@ -302,6 +350,7 @@ class Fetcher:
         url: str,
         deadline: float,
         headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> aiohttp.ClientResponse:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
@@ -316,6 +365,7 @@ class Fetcher:
                     allow_redirects=False,
                     timeout=self._timeout(remaining_s),
                     headers=headers,
+                    proxy=proxy,
                 )
         finally:
             _REFUSED.reset(token)
@@ -401,6 +451,8 @@ def _fetch_error(
         where = ", ".join(refused or []) or "its address"
         return FetchError("blocked", f"SSRF guard refused {where}", url, transient=False)
     message = _describe(exc)
+    if isinstance(exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+        return FetchError("proxy", message, url)
     if _caused_by(exc, ContentEncodingError):
         return FetchError("decoding", message, url)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):

@@ -28,7 +28,9 @@ __all__ = ["RETRY_STATUSES", "Backoff", "retry_after_s", "retry_delay", "retryab
 
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
 ROBOTS_UNAVAILABLE = "robots_unavailable"
-RETRY_KINDS = TRANSIENT_KINDS | {ROBOTS_UNAVAILABLE}
+# A soft block is retried only when its job's policy says on_block: retry (worker/crawl.py).
+SOFT_BLOCK = "soft_block"
+RETRY_KINDS = TRANSIENT_KINDS | {ROBOTS_UNAVAILABLE, SOFT_BLOCK}
 
 
 @dataclass(frozen=True, slots=True)

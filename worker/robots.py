@@ -119,19 +119,21 @@ class Robots:
         self._pending: dict[str, _Pending] = {}
         self.fetches = 0  # robots.txt requests made (tests and metrics)
 
-    async def check(self, url: str) -> RobotsVerdict:
-        """Whether our robots.txt rules allow fetching ``url`` (canonical)."""
+    async def check(self, url: str, user_agent: str | None = None) -> RobotsVerdict:
+        """Whether robots.txt allows fetching ``url`` (canonical) to the product token of
+        ``user_agent`` (a job's own; default: the worker's), the one the request will send."""
         origin = origin_of(url)
         entry = self._fresh(origin)
         if entry is None:
             entry = await self._refresh(origin)
         if entry.rules is None:
             return entry.verdict
-        allowed = entry.rules.can_fetch(url, self._token)
+        token = self._token if user_agent is None else product_token(user_agent)
+        allowed = entry.rules.can_fetch(url, token)
         return RobotsVerdict(
             allowed=allowed,
             reason="allowed" if allowed else "disallowed",
-            crawl_delay_s=entry.rules.crawl_delay(self._token),
+            crawl_delay_s=entry.rules.crawl_delay(token),
         )
 
     def _fresh(self, origin: str) -> _Entry | None:

@@ -41,7 +41,9 @@ from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.keepalive import KeepAlive
 from jetcrawl.worker.outcome import Ownership
+from jetcrawl.worker.pages import PageFetcher
 from jetcrawl.worker.politeness import Politeness
+from jetcrawl.worker.render import RenderClient
 from jetcrawl.worker.report import Reporter, wall_time
 from jetcrawl.worker.robots import Robots
 from jetcrawl.worker.shards import ShardPuller
@@ -118,6 +120,11 @@ class Worker:
             self.politeness,
             self._telemetry,
             bodies=await BodyStore.open(self._js) if self._settings.store_bodies else None,
+            pages=PageFetcher(
+                self._settings,
+                fetcher,
+                RenderClient(self._nc, self._settings.render_timeout_s),
+            ),
             validators=(
                 Validators(await self._js.key_value(VALIDATORS_BUCKET))
                 if self._settings.recrawl_after_s > 0

@@ -28,12 +28,13 @@ from opentelemetry.trace import Span, get_current_span, use_span
 
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.topology import shard_consumer
+from jetcrawl.contract.urls import host_of
 from jetcrawl.otel import Tracing, current_trace_id
 from jetcrawl.otel.spans import consumer_span, end_http_client, fail, http_client_span
 from jetcrawl.plumbing.bus import MSG_ID
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.worker.errors import FetchError
-from jetcrawl.worker.fetcher import Fetched
+from jetcrawl.worker.pages import Got
 from jetcrawl.worker.robots import RobotsVerdict
 
 __all__ = ["TaskTelemetry"]
@@ -49,6 +50,7 @@ ROBOTS_ALLOWED = "jetcrawl.robots.allowed"
 ROBOTS_REASON = "jetcrawl.robots.reason"
 REDIRECTS = "jetcrawl.redirects"
 LINKS = "jetcrawl.links"
+RENDERED = "jetcrawl.rendered"
 _NOTHING = nullcontext()  # with tracing off: one shared no-op, not a context manager per page
 
 
@@ -105,8 +107,8 @@ class TaskTelemetry:
             if self._metrics is not None:
                 self._metrics.politeness_wait_seconds.observe(time.perf_counter() - started)
 
-    async def get(self, url: str, fetch: Awaitable[Fetched]) -> Fetched:
-        """Await ``fetch`` (the GET of ``url``) under a CLIENT span, timing it."""
+    async def get(self, url: str, fetch: Awaitable[Got]) -> Got:
+        """Await ``fetch`` (the GET of ``url``, and its render) under a CLIENT span, timing it."""
         if not self._timed:
             return await fetch
         span: Span | None = None
@@ -114,7 +116,7 @@ class TaskTelemetry:
             span = http_client_span(self._tracing.tracer, "GET", url)
         started = time.perf_counter()
         try:
-            fetched = await fetch
+            got = await fetch
         except FetchError as e:
             if span is not None:
                 fail(span, e.kind, e.message)
@@ -125,10 +127,13 @@ class TaskTelemetry:
             raise
         else:
             if span is not None:
+                fetched = got.fetched
                 if fetched.redirects:
                     span.set_attribute(REDIRECTS, len(fetched.redirects))
+                if got.rendered:
+                    span.set_attribute(RENDERED, True)
                 end_http_client(span, fetched.status, fetched.length)
-            return fetched
+            return got
         finally:
             if self._metrics is not None:
                 self._metrics.fetch_seconds.observe(time.perf_counter() - started)
@@ -147,7 +152,9 @@ class TaskTelemetry:
         """A task's result is stored and the task acked: count the page."""
         if self._metrics is not None:
             self._metrics.page(result.outcome, result.status, result.length)
-            if result.error is not None:
+            if result.error is not None and result.outcome == "blocked":
+                self._metrics.soft_block(host_of(result.url), result.error.message)
+            elif result.error is not None:
                 self._metrics.failure(result.error.kind)
         if self._on:
             span = get_current_span()

@@ -24,9 +24,10 @@ from jetcrawl.cli.runtime import (
     run_async,
     tune_gc,
 )
-from jetcrawl.cli.services import run_dispatcher, run_worker
+from jetcrawl.cli.services import run_dispatcher, run_renderer, run_worker
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 
 # Exit statuses of `jetcrawl crawl` (README, "Exit status"): 0 a crawl that fetched pages, 1 one
@@ -94,6 +95,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_renderer(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    check_chromium(settings)
+    run_async(lambda: run_renderer(settings))
+    return 0
+
+
+def check_chromium(settings: Settings) -> None:
+    """Raise ``UsageError`` unless ``chromium_path`` is a program this user may run."""
+    if not os.access(settings.chromium_path, os.X_OK):
+        raise UsageError(
+            "chromium_path",
+            f"{settings.chromium_path} is not an executable Chromium "
+            "(apt-get install chromium, or set chromium_path)",
+        )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     return int(run_async(lambda: _status(settings, args)))
@@ -103,6 +121,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     """``args.entry`` is the CLI's main: what the crawl's forked services run."""
     check_crawl_input(args.seeds, args.output)  # before any server or service starts
     settings = settings_from(args)
+    if FetchPolicy.from_settings(settings).may_render:
+        check_chromium(settings)
     with _prefork(settings, args.workers, args.entry) as prefork:
         return int(run_async(lambda: _crawl(settings, args, prefork)))
 

@@ -93,6 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     _metrics_flag(p)
     _set_flag(p)
 
+    p = sub.add_parser("renderer", help="run a renderer: pages rendered in headless Chromium")
+    p.set_defaults(func=commands.cmd_renderer)
+    _connection_flags(p)
+    p.add_argument("--id", dest="worker_id", help="renderer id (default: host-pid-random)")
+    p.add_argument("--chromium", dest="chromium_path", help="the Chromium binary")
+    p.add_argument(
+        "--concurrency", dest="render_concurrency", type=positive, help="pages at once (default 2)"
+    )
+    _crawl_limits(p)
+    _set_flag(p)
+
     p = sub.add_parser("status", help="show workers, shards, backlogs, results and rates")
     p.set_defaults(func=commands.cmd_status)
     _connection_flags(p, etcd=True)
@@ -224,6 +235,18 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--user-agent", dest="user_agent", help="the User-Agent header (robots.txt is read for it)"
+    )
+    p.add_argument(
+        "--render",
+        choices=["never", "auto", "always"],
+        help="render pages in headless Chromium: auto renders script shells (default never)",
+    )
+    p.add_argument(
+        "--proxy",
+        dest="proxies",
+        action="append",
+        metavar="URL",
+        help="fetch through this proxy; repeat for a pool (password as ${VARIABLE})",
     )
 
 

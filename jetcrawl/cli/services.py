@@ -98,6 +98,29 @@ async def run_worker(settings: Settings) -> None:
         await asyncio.to_thread(tracing.shutdown)
 
 
+async def run_renderer(settings: Settings) -> None:
+    from jetcrawl.otel import RENDERER_SERVICE, setup_tracing
+    from jetcrawl.worker.renderer import RendererService
+
+    name = settings.worker_id or default_worker_id()
+    set_service("renderer", name)
+    tracing = setup_tracing(RENDERER_SERVICE, name, __version__)
+    try:
+        async with RendererService(settings, name, tracing) as renderer:
+            on_signals(renderer.stop)
+            log.info(
+                "renderer %s running (nats %s, %d pages at once, chromium %s)",
+                name,
+                settings.nats_url,
+                settings.render_concurrency,
+                settings.chromium_path,
+            )
+            await renderer.run()
+        log.info("renderer %s stopped: %s", name, renderer.stats)
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
+
+
 def _endpoint(
     settings: Settings, registry: CollectorRegistry | None, readiness: Readiness
 ) -> contextlib.AbstractAsyncContextManager[object]:

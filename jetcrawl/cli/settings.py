@@ -25,6 +25,9 @@ FLAG_SETTINGS = (
     "host_delay_s",
     "host_concurrency",
     "user_agent",
+    "render",
+    "render_concurrency",
+    "chromium_path",
 )
 
 
@@ -35,4 +38,6 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         flags["etcd_url"] = ",".join(args.etcd_urls)
     if getattr(args, "allow_nets", None):
         flags["allow_nets"] = tuple(args.allow_nets)
+    if getattr(args, "proxies", None):
+        flags["proxies"] = tuple(args.proxies)
     return Settings.from_env(**flags, **extra)

@@ -323,7 +323,7 @@ class DiscoveredPages:
         return cls(tuple(Discovered.from_obj(page) for page in pages))
 
 
-OUTCOMES = ("fetched", "robots_disallowed", "failed")
+OUTCOMES = ("fetched", "robots_disallowed", "failed", "blocked")
 
 
 def _headers(obj: dict[str, Any]) -> dict[str, str]:
@@ -344,7 +344,9 @@ class Result:
     """One terminal record per task on ``crawl.results.<shard>``, ``Nats-Msg-Id`` = fingerprint.
 
     ``outcome`` is ``fetched`` (an HTTP response, whatever its status), ``robots_disallowed``
-    (never requested) or ``failed`` (no usable response; ``error`` says why). ``fence`` is the
+    (never requested), ``failed`` (no usable response; ``error`` says why) or ``blocked`` (a soft
+    block: a bot wall, CAPTCHA or login wall served as a page; ``error`` names the signal).
+    ``rendered``: the links and title come from the page as a browser built it. ``fence`` is the
     revision of the shard's owner key in etcd when the worker crawled it.
     """
 
@@ -374,6 +376,7 @@ class Result:
     body_ref: str | None = None  # object name in the crawl_bodies store, when bodies are kept
     trace_id: str | None = None  # the W3C trace id of the task's processing
     error: Failure | None = None
+    rendered: bool = False
 
     def to_obj(self) -> dict[str, Any]:
         return {
@@ -408,6 +411,7 @@ class Result:
                 if self.error is None
                 else {"kind": self.error.kind, "message": self.error.message}
             ),
+            "rendered": self.rendered,
         }
 
     def to_wire(self) -> bytes:
@@ -454,6 +458,7 @@ class Result:
                 if error_obj is None
                 else Failure(_field(error_obj, "kind", str), _field(error_obj, "message", str))
             ),
+            rendered=bool(_field(obj, "rendered", bool, optional=True)),
         )
 
 

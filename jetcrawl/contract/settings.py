@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
 from jetcrawl.contract.errors import SettingsError
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 
 ENV_PREFIX = "JETCRAWL_"
 
@@ -29,6 +30,7 @@ DEFAULT_DUPLICATE_WINDOW_S = 600.0
 DEFAULT_LEASE_TTL_S = 10.0
 DEFAULT_ETCD_TIMEOUT_S = 5.0
 DEFAULT_USER_AGENT_TOKEN = "jetcrawl"
+DEFAULT_CONTACT_URL = "https://github.com/jetcrawl/jetcrawl"
 DEFAULT_TRACKING_PARAMS = (
     "utm_source",
     "utm_medium",
@@ -139,7 +141,8 @@ class Settings:
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     keepalive_s: float = 0.0  # 0: a third of lease_ttl_s
     drain_deadline_s: float = 20.0
-    user_agent: str = f"{DEFAULT_USER_AGENT_TOKEN}/0.1 (+https://github.com/jetcrawl/jetcrawl)"
+    # "": jetcrawl/0.1 (+contact_url); robots.txt is read for the first word before "/"
+    user_agent: str = ""
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 20.0
     total_timeout_s: float = 60.0
@@ -175,6 +178,21 @@ class Settings:
     # crawl.discovered message (worker/discovered.py; with tracing off); 0: one message a page.
     links_linger_s: float = 0.02
 
+    # --- rendering, proxies and soft blocks (the policy of jobs without their own:
+    # contract/fetchpolicy.py; the renderer service: worker/renderer/)
+    render: str = "never"  # never | auto | always
+    proxies: tuple[str, ...] = ()  # http://, https://, socks5://; passwords as ${VARIABLE}
+    proxy_rotation: str = "sticky"  # sticky (per host) | round_robin
+    proxy_bench_s: float = 30.0  # a failing proxy is benched this long, doubling per failure
+    on_block: str = "record"  # record | retry | proxy | render: what a soft block does
+    # Shown in the default User-Agent, "jetcrawl/0.1 (+<contact_url>)", for site owners.
+    contact_url: str = DEFAULT_CONTACT_URL
+    render_timeout_s: float = 20.0  # one render, sub-requests included; then the page is killed
+    render_concurrency: int = 2  # pages a renderer renders at once
+    render_pages_per_browser: int = 50  # Chromium is replaced after this many pages (memory)
+    render_max_dom_bytes: int = 2 * 1024 * 1024
+    chromium_path: str = "/usr/bin/chromium"
+
     # --- observability
     # Log lines: "text", or "json" (one object a line, with the trace and span ids of the
     # current span: jetcrawl/plumbing/logs.py).
@@ -196,6 +214,18 @@ class Settings:
     progress_log_every_s: float = 5.0  # without a terminal, a progress log line this often
 
     def __post_init__(self) -> None:
+        if not self.user_agent:  # the honest default names who to contact
+            agent = f"{DEFAULT_USER_AGENT_TOKEN}/0.1 (+{self.contact_url})"
+            object.__setattr__(self, "user_agent", agent)
+        if not self.contact_url.startswith(("http://", "https://", "mailto:")):
+            raise SettingsError(
+                "contact_url", f"must be an http(s) or mailto: URL, got {self.contact_url!r}"
+            )
+        if self.render_timeout_s <= 0 or self.render_concurrency < 1:
+            raise SettingsError("render_timeout_s/render_concurrency", "must be > 0")
+        if self.render_pages_per_browser < 1:
+            raise SettingsError("render_pages_per_browser", "must be >= 1")
+        FetchPolicy.from_settings(self)  # render, proxies, proxy_rotation, on_block
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")
         if self.default_scope not in SCOPES:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jetcrawl.contract.errors import JetcrawlError
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.settings import ENV_PREFIX, Settings
 from jetcrawl.local.services import Launch, Prefork, Service, spawn
 from jetcrawl.plumbing.backoff import backoff_s
@@ -135,6 +136,9 @@ async def start_children(
             name = f"worker-{n + 1}"
             launch = Launch("worker", (*base, "worker"), worker_env, workdir / f"{name}.log")
             await children.start(name, launch)
+        if FetchPolicy.from_settings(settings).may_render:  # one renderer for the crawl
+            log_path = workdir / "renderer.log"
+            await children.start("renderer", Launch("renderer", (*base, "renderer"), env, log_path))
         yield children
     finally:
         await _stop_all(children.procs, hurry)

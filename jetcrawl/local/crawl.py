@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS
@@ -53,6 +55,7 @@ __all__ = ["CrawlFailed", "CrawlRequest", "Interrupt", "Interrupted", "Summary",
 log = logging.getLogger(__name__)
 
 WORKERS_READY_TIMEOUT_S = 30.0
+RENDERER_READY_TIMEOUT_S = 60.0  # Chromium's first launch can be slow on a busy machine
 # Busy workers one nats-server core carries (the capacity plan in bench/RESULTS.md).
 WORKERS_PER_NATS_CORE = 4
 WORKERS_POLL_S = 0.05  # how often the shard owners are read until the workers share them
@@ -114,6 +117,8 @@ async def crawl(
 
         # Seeds go out once every worker holds its shards: no handover churn at the start.
         await _wait_for_workers(settings, request.workers, children, interrupt)
+        if FetchPolicy.from_settings(settings).may_render:
+            await _wait_for_renderer(nc, settings, children, interrupt)
         for seed in request.seeds:
             await js.publish(SEEDS, _seed_body(seed, request))
         output = stack.enter_context(_open_output(request.output))
@@ -191,6 +196,26 @@ async def _wait_for_workers(
             await wait_set(interrupt.requested, WORKERS_POLL_S)
     log.warning(
         "workers did not share the shards within %.0f s; seeding anyway", WORKERS_READY_TIMEOUT_S
+    )
+
+
+async def _wait_for_renderer(
+    nc: NATS, settings: Settings, children: Children, interrupt: Interrupt
+) -> None:
+    """Until the renderer answers (Chromium launched): the first pages need it."""
+    from jetcrawl.worker.render import RenderClient
+
+    client = RenderClient(nc, settings.render_timeout_s)
+    deadline = time.monotonic() + RENDERER_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if interrupt.requested.is_set():
+            raise Interrupted("interrupted before the crawl started")
+        await children.supervise()
+        if await client.answers():
+            return
+        await wait_set(interrupt.requested, WORKERS_POLL_S)
+    log.warning(
+        "the renderer did not answer within %.0f s; seeding anyway", RENDERER_READY_TIMEOUT_S
     )
 
 

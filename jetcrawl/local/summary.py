@@ -98,7 +98,7 @@ class Summary:
 
 def _cause(head: ResultHead) -> tuple[str, str] | None:
     """Why this URL gave no page (kind, message), or None if it gave one."""
-    if head.outcome == "failed":
+    if head.outcome in ("failed", "blocked"):
         error = head.error
         return (error.kind, error.message) if error else ("failed", "no error recorded")
     if head.outcome == "robots_disallowed":

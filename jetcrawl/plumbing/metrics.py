@@ -24,6 +24,8 @@ Worker (``WorkerMetrics``)::
                                          failed (status_class "none")
     jetcrawl_fetched_bytes_total         response body bytes (Content-Length when not read)
     jetcrawl_fetch_failures_total{kind}  tasks that ended without a page, by cause
+    jetcrawl_soft_blocks_total{host, signal}  pages recorded as blocked (bot wall, CAPTCHA, login
+                                         wall), by host (the first SOFT_BLOCK_HOSTS, then "other")
     jetcrawl_fetch_duration_seconds      histogram: the HTTP GET of a task, failures included
     jetcrawl_robots_denials_total        tasks robots.txt did not allow
     jetcrawl_task_retries_total          tasks handed back with nak(delay)
@@ -51,6 +53,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+SOFT_BLOCK_HOSTS = 1000  # hosts with a soft-block series of their own
 
 __all__ = ["DispatcherMetrics", "ServiceMetrics", "WorkerMetrics", "status_class"]
 
@@ -206,6 +210,13 @@ class WorkerMetrics(ServiceMetrics):
         self._bytes = Counter(
             "jetcrawl_fetched_bytes", "Response body bytes fetched.", registry=self.registry
         )
+        self._soft_blocks = Counter(
+            "jetcrawl_soft_blocks",
+            "Pages recorded as blocked (bot wall, CAPTCHA, login wall), by host and signal.",
+            ["host", "signal"],
+            registry=self.registry,
+        )
+        self._blocked_hosts: set[str] = set()
         self.fetch_seconds = Histogram(
             "jetcrawl_fetch_duration_seconds",
             "Duration of a task's HTTP GET, failures included.",
@@ -230,6 +241,15 @@ class WorkerMetrics(ServiceMetrics):
 
     def failure(self, kind: str) -> None:
         self._failures.labels(kind).inc()
+
+    def soft_block(self, host: str, message: str) -> None:
+        """A blocked page of ``host``; ``message`` starts with the signal ("login_wall: ...")."""
+        if host not in self._blocked_hosts:
+            if len(self._blocked_hosts) >= SOFT_BLOCK_HOSTS:
+                host = "other"  # a label per host, within bounds
+            else:
+                self._blocked_hosts.add(host)
+        self._soft_blocks.labels(host, message.split(":", 1)[0]).inc()
 
     def bind(self, worker: WorkerView) -> None:
         self.read_counters(

@@ -3,6 +3,8 @@
 certs     a test CA with server and client certificates as PEM files (trustme)
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
 exampleplugin  the example plugin package installed into the test venv (fast when it is)
+jssite    a website whose links only JavaScript writes (the render tests)
+proxy     a local HTTP forward proxy recording what it carried (the proxy tests)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
