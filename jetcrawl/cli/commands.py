@@ -233,6 +233,26 @@ async def _dlq(settings: Settings, args: argparse.Namespace) -> int:
     )
 
 
+def cmd_job(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    return int(run_async(lambda: _job(settings, args)))
+
+
+async def _job(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.jobs import run_command
+
+    return await _until_signalled(
+        run_command(
+            settings,
+            args.job_action,
+            file=getattr(args, "file", None),
+            name=getattr(args, "name", None),
+            version=getattr(args, "version", None),
+            versions=getattr(args, "versions", None),
+        )
+    )
+
+
 async def _until_signalled(command: Awaitable[int]) -> int:
     """``command``'s exit status, or 130 when Ctrl-C or SIGTERM cancelled it."""
     cancel_on_signals()

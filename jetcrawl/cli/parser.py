@@ -123,7 +123,26 @@ def build_parser() -> argparse.ArgumentParser:
     _set_flag(p)
     _results_parser(sub)
     _dlq_parser(sub)
+    _job_parser(sub)
     return parser
+
+
+def _job_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("job", help="put, get, list or diff job specs (KV crawl_specs)")
+    p.set_defaults(func=commands.cmd_job)
+    actions = p.add_subparsers(dest="job_action", required=True, metavar="ACTION")
+    put = actions.add_parser("put", help="check a JSON or YAML spec and store its next version")
+    put.add_argument("file", type=Path, metavar="FILE")
+    get = actions.add_parser("get", help="print a job's spec (YAML)")
+    get.add_argument("name", metavar="NAME")
+    get.add_argument("--version", type=positive, help="this version (default: the latest)")
+    actions.add_parser("list", help="every job with its latest version")
+    diff = actions.add_parser("diff", help="unified diff of two versions (default: the last two)")
+    diff.add_argument("name", metavar="NAME")
+    diff.add_argument("versions", nargs="*", type=positive, metavar="VERSION", help="A B")
+    for a in (put, get, actions.choices["list"], diff):
+        a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        _timeout_flag(a)
 
 
 def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
