@@ -37,6 +37,7 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.deadletters import origins_of
 from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
@@ -48,6 +49,7 @@ from jetcrawl.contract.topology import (
 from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.dispatcher.admission import Candidates, candidates, decide, unknown_origins
 from jetcrawl.dispatcher.intake import Intake, Reading
+from jetcrawl.dispatcher.jobrules import follow
 from jetcrawl.dispatcher.poison import PoisonCollector
 from jetcrawl.dispatcher.quota import AdmissionQuota
 from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
@@ -57,6 +59,7 @@ from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
+from jetcrawl.plumbing.specs import SpecWatch
 from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,7 @@ class DispatchStats:
     over_limit: int = 0  # new URLs not admitted because their job reached max_pages
     over_host_limit: int = 0  # ... because their host reached max_urls_per_host in the job
     traps: int = 0  # links dropped by the spider-trap guard (repeated path segments)
+    not_followed: int = 0  # links their job's spec does not follow (link rules, extensions)
 
 
 class Dispatcher:
@@ -101,6 +105,7 @@ class Dispatcher:
         self._host_quota: AdmissionQuota | None = None
         self._outbox: Outbox | None = None
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
+        self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
         # lifecycle
         self._stopping = asyncio.Event()
         self._cut = Cut()  # set with _stopping: a pull waiting for work returns at once
@@ -147,6 +152,7 @@ class Dispatcher:
         )
         self.poison = PoisonCollector(self._settings, self._js, self._outbox)
         await self.poison.start()
+        self.specs = SpecWatch(self._js)
 
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
@@ -170,9 +176,11 @@ class Dispatcher:
 
     async def run(self) -> None:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
-        assert self.poison is not None, "start() first"
+        assert self.poison is not None and self.specs is not None, "start() first"
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.poison.run(self._stopping))
+            tg.create_task(self.specs.run(self._stopping))
+            await self.specs.wait_ready()  # no URL is admitted without its job's spec
             await self._pull_frontier()
 
     async def _pull_frontier(self) -> None:
@@ -216,6 +224,10 @@ class Dispatcher:
             self._intake.read(m.subject, m.data, known if own is None else None)
             for m, own in zip(msgs, owned, strict=True)
         ]
+        for reading in readings:
+            followed = follow(reading, self._spec)
+            self.stats.not_followed += followed.not_followed
+            self.stats.too_deep += followed.too_deep
         try:
             tasks = await self._admit(seqs, owned, readings)
         except SeenSetUnavailable as e:
@@ -319,9 +331,10 @@ class Dispatcher:
         seen = self._seen
         c = candidates(seqs, readings, seen.cached)
         granted_by_job: dict[str, int] = {}
-        if self._quota.limited:
-            for job, keys in c.by_job.items():
-                granted_by_job[job] = await self._quota.reserve(job, len(keys))
+        for job, keys in c.by_job.items():
+            limit = self._max_pages(job)
+            if limit > 0:
+                granted_by_job[job] = await self._quota.reserve(job, len(keys), limit)
                 c.drop(keys[granted_by_job[job] :])
                 self.stats.over_limit += len(keys) - granted_by_job[job]
         granted_by_host = await self._reserve_hosts(c)
@@ -379,6 +392,17 @@ class Dispatcher:
             c.drop(c.by_host[host][granted:])
             self.stats.over_host_limit += len(c.by_host[host]) - granted
         return dict(zip(hosts, grants, strict=True))
+
+    def _spec(self, job: str) -> JobSpec | None:
+        stored = self.specs.current(job) if self.specs is not None else None
+        return stored.spec if stored is not None else None
+
+    def _max_pages(self, job: str) -> int:
+        """The job's spec's max_pages, else the setting's (0: no limit)."""
+        spec = self._spec(job)
+        if spec is not None and spec.max_pages is not None:
+            return spec.max_pages
+        return self._settings.max_pages
 
     async def _notify(self) -> None:
         async with self._progress:

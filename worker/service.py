@@ -34,10 +34,12 @@ from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.plumbing.specs import SpecWatch
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
+from jetcrawl.worker.jobs import Jobs
 from jetcrawl.worker.keepalive import KeepAlive
 from jetcrawl.worker.outcome import Ownership
 from jetcrawl.worker.politeness import Politeness
@@ -74,6 +76,7 @@ class Worker:
         self._js: JetStreamContext | None = None
         self._processor: TaskProcessor | None = None
         self._reporter: Reporter | None = None  # with report_interval_s
+        self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
@@ -103,6 +106,7 @@ class Worker:
         await ensure(self._js, self._settings)
         fetcher = await self._resources.enter_async_context(Fetcher(self._settings))
         robots = Robots(self._settings, fetcher)
+        self.specs = SpecWatch(self._js)
         self._processor = TaskProcessor(
             self._settings,
             self.worker_id,
@@ -122,6 +126,7 @@ class Worker:
                 if self._settings.recrawl_after_s > 0
                 else None
             ),
+            jobs=Jobs(self.specs.current),
         )
         if self._settings.report_interval_s > 0:
             self._reporter = Reporter(
@@ -137,6 +142,9 @@ class Worker:
             self._tg = tg
             keepalive = tg.create_task(self._keepalive.run())
             reporting = tg.create_task(self._reporter.run()) if self._reporter else None
+            assert self.specs is not None, "start() first"
+            tg.create_task(self.specs.run(self._stopping))
+            await self.specs.wait_ready()  # no task is crawled without its job's spec
             self._running.set()
             await self._stopping.wait()
             for puller, _ in self._pullers.values():

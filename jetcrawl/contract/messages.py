@@ -374,6 +374,7 @@ class Result:
     body_ref: str | None = None  # object name in the crawl_bodies store, when bodies are kept
     trace_id: str | None = None  # the W3C trace id of the task's processing
     error: Failure | None = None
+    spec_version: int = 0  # the job spec's version the page was processed under (0: none)
 
     def to_obj(self) -> dict[str, Any]:
         return {
@@ -408,6 +409,7 @@ class Result:
                 if self.error is None
                 else {"kind": self.error.kind, "message": self.error.message}
             ),
+            "spec_version": self.spec_version,
         }
 
     def to_wire(self) -> bytes:
@@ -454,6 +456,7 @@ class Result:
                 if error_obj is None
                 else Failure(_field(error_obj, "kind", str), _field(error_obj, "message", str))
             ),
+            spec_version=_field(obj, "spec_version", int, optional=True) or 0,
         )
 
 

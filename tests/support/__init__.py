@@ -1,6 +1,7 @@
 """What the tests stand on, besides the fixtures in ``tests/conftest.py``.
 
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
+plugins   test plugins as a real distribution with entry points, on sys.path for one test
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
