@@ -47,15 +47,19 @@ from opentelemetry.sdk import environment_variables as otel_variables
 from jetcrawl.cli import build_parser
 from jetcrawl.cli.commands import apply_topology as cli_apply_topology
 from jetcrawl.contract.errors import TopologyError
+from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.contract.topology import (
     BODIES_STREAM,
     FRONTIER_STREAM,
+    ITEMS_STREAM,
     RESULTS_STREAM,
     SEEDS,
+    SPECS_BUCKET,
     TASKS_STREAM,
     Topology,
+    item_subject,
     result_subject,
     task_subject,
 )
@@ -71,8 +75,10 @@ from jetcrawl.local.embedded import (
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import inbox_prefix
+from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
+from jetcrawl.worker import Worker
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.site import MultiHostSite
@@ -664,6 +670,62 @@ async def test_the_dispatchers_rights_cover_its_recovery_paths(
         finally:
             await admin.close()
     assert_no_violations(server)
+
+
+async def test_services_read_job_specs_and_only_a_worker_publishes_items(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    """Both services watch KV crawl_specs; neither may write a spec (the admin's `job put`);
+    the worker publishes items, the dispatcher may not."""
+    async with compose_nats(tmp_path / "nats") as server:
+        base = Settings(nats_url=server.url, shards=4, create_topology=False)
+        await apply_topology(server, base)
+        admin = await connect_as(server, "admin")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker", errors)
+        dispatcher_nc = await connect_as(server, "dispatcher", errors)
+        try:
+            store = await SpecStore.open(admin.jetstream())
+            await store.put(JobSpec.read({"name": "shop", "max_depth": 2}))
+
+            def as_user(user: str) -> Settings:
+                password = Secret(passwords[f"NATS_{user.upper()}_PASSWORD"])
+                return base.replace(nats_user=user, nats_password=password)
+
+            async with (
+                Dispatcher(as_user("dispatcher")) as dispatcher,
+                Worker(as_user("worker"), "w1") as crawler,
+                asyncio.TaskGroup() as tg,
+            ):
+                tg.create_task(dispatcher.run())
+                tg.create_task(crawler.run())
+                try:
+                    async with asyncio.timeout(10):
+                        await crawler.wait_running()
+                        assert dispatcher.specs is not None and crawler.specs is not None
+                        await dispatcher.specs.wait_version("shop", 1)
+                        await crawler.specs.wait_version("shop", 1)
+                    await store.put(JobSpec.read({"name": "shop", "max_depth": 3}))
+                    async with asyncio.timeout(10):  # a change reaches both watches
+                        await dispatcher.specs.wait_version("shop", 2)
+                        await crawler.specs.wait_version("shop", 2)
+                finally:
+                    crawler.stop()
+                    dispatcher.stop()
+            assert_no_violations(server)
+
+            await worker.jetstream().publish(item_subject("shop"), b'{"v": 1}')  # allowed
+            for client in (worker, dispatcher_nc):
+                with pytest.raises(NatsTimeoutError):
+                    await client.jetstream(timeout=1).publish(f"$KV.{SPECS_BUCKET}.shop", b"x")
+                await refused(errors, f'publish to "$KV.{SPECS_BUCKET}.shop"')
+            await dispatcher_nc.publish(item_subject("shop"), b'{"v": 1}')
+            await refused(errors, f'publish to "{item_subject("shop")}"')
+            assert (await admin.jetstream().stream_info(ITEMS_STREAM)).state.messages == 1
+            assert (await store.get("shop")).version == 2, "no service wrote a spec"
+        finally:
+            for client in (worker, dispatcher_nc, admin):
+                await client.close()
 
 
 # ---------------------------------------------------------------- running it: the whole mesh
