@@ -338,7 +338,8 @@ class Dispatcher:
                 c.drop(keys[granted_by_job[job] :])
                 self.stats.over_limit += len(keys) - granted_by_job[job]
         granted_by_host = await self._reserve_hosts(c)
-        made = await seen.create(list(c.to_create.items()))
+        ttls = self._recrawl_ttls(c)
+        made = await seen.create(list(c.to_create.items()), ttls)
         created: dict[str, Mark] = {}
         for key, mark in zip(c.to_create, made, strict=True):
             if mark is None:
@@ -348,8 +349,15 @@ class Dispatcher:
         await self._give_back(granted_by_job, granted_by_host, c, created)
         # On redelivery, a mark that carries this message's sequence may lack its task.
         for key in unknown_origins(c, owned):
-            c.known[key] = await seen.read(key)
-        decision = decide(c, seqs, owned, created, recrawl=self._settings.recrawl_after_s > 0)
+            c.known[key] = await seen.read(key, ttls.get(key))
+        decision = decide(
+            c,
+            seqs,
+            owned,
+            created,
+            recrawl=self._settings.recrawl_after_s > 0,
+            recrawl_jobs={t.lineage.job for _, t, _ in c.pairs if self._recrawl_s(t.lineage.job)},
+        )
         self.stats.admitted += decision.admitted
         self.stats.republished += decision.republished
         self.stats.duplicates += decision.duplicates + sum(r.known for r in readings)
@@ -396,6 +404,19 @@ class Dispatcher:
     def _spec(self, job: str) -> JobSpec | None:
         stored = self.specs.current(job) if self.specs is not None else None
         return stored.spec if stored is not None else None
+
+    def _recrawl_s(self, job: str) -> float | None:
+        spec = self._spec(job)
+        return spec.recrawl_after_s if spec is not None else None
+
+    def _recrawl_ttls(self, c: Candidates) -> dict[str, float]:
+        """The seen marks' own lifetimes: of the keys whose job spec says re-crawl."""
+        ttls = {}
+        for _, task, key in c.pairs:
+            recrawl_s = self._recrawl_s(task.lineage.job)
+            if recrawl_s:
+                ttls[key] = recrawl_s
+        return ttls
 
     def _max_pages(self, job: str) -> int:
         """The job's spec's max_pages, else the setting's (0: no limit)."""

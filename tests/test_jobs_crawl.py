@@ -209,3 +209,36 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
         letter = letters[f"{shop.url(path)} plugin_unavailable"]
         assert "plugin 'future' is built for plugin API (2, 0)" in letter.detail
     assert len(letters) == 4
+
+
+async def test_a_spec_that_recrawls_admits_its_urls_again_and_another_job_does_not(
+    nats_server: NatsServer, js: JetStreamContext, shop: BadSite
+) -> None:
+    settings = Settings(
+        nats_url=nats_server.url, shards=SHARDS, host_delay_s=0.0, allow_nets=("127.0.0.0/8",)
+    )
+    await ensure(js, settings)
+    specs = SpecStore(await js.key_value("crawl_specs"))
+    await specs.put(JobSpec.read({"name": "again", "recrawl_after_s": 1, "max_depth": 0}))
+    await specs.put(JobSpec.read({"name": "once", "max_depth": 0}))
+    url = shop.url("/products/1")
+
+    async def crawls(job: str) -> list[Result]:
+        return [
+            r
+            for r in (Result.from_wire(m.data) for m in await stored(js, RESULTS_STREAM))
+            if r.job == job
+        ]
+
+    async with crawling(settings):
+
+        async def seeded_twice() -> bool:
+            for job in ("again", "once"):
+                await js.publish(SEEDS, orjson.dumps({"url": url, "job": job}))
+            return len(await crawls("again")) >= 2
+
+        await eventually(seeded_twice, within_s=20)  # the mark of "again" lives 1 s
+        await drained(js)
+    again, once = await crawls("again"), await crawls("once")
+    assert len(again) == 2 and len(once) == 1, "a job without re-crawl crawls a URL once"
+    assert shop.hits["/products/1"] == 3

@@ -432,7 +432,12 @@ class TaskProcessor:
         return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
 
     def _unsent(self, found: Discovered) -> Discovered | None:
-        """``found`` without the links this worker has sent already (None if none is left)."""
+        """``found`` without the links this worker has sent already (None if none is left).
+        A job whose spec re-crawls sends them all: its seen marks expire on the spec's clock,
+        which the memory does not keep."""
+        job = self._jobs.of(found.lineage.job) if self._jobs is not None else None
+        if job is not None and job.spec.recrawl_after_s:
+            return found
         links = self._sent.unsent(found.lineage, found.depth, found.links)
         if len(links) == len(found.links):
             return found

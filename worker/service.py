@@ -121,11 +121,8 @@ class Worker:
             self.politeness,
             self._telemetry,
             bodies=await BodyStore.open(self._js) if self._settings.store_bodies else None,
-            validators=(
-                Validators(await self._js.key_value(VALIDATORS_BUCKET))
-                if self._settings.recrawl_after_s > 0
-                else None
-            ),
+            # re-crawls come with recrawl_after_s, or with a job spec's own
+            validators=Validators(await self._js.key_value(VALIDATORS_BUCKET)),
             jobs=Jobs(self.specs.current),
         )
         if self._settings.report_interval_s > 0:
