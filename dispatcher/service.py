@@ -36,7 +36,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.deadletters import origins_of
-from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
@@ -59,7 +59,7 @@ from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
-from jetcrawl.plumbing.specs import SpecWatch
+from jetcrawl.plumbing.specs import SpecStore, SpecWatch
 from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ MAX_RETRY_DELAY_S = 30.0
 # Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
+SPEC_APPLIED_WITHIN_S = 10.0  # a seed's inline spec, stored, reaches this dispatcher's watch
 
 
 @dataclass(slots=True)
@@ -106,6 +107,7 @@ class Dispatcher:
         self._outbox: Outbox | None = None
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
         self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
+        self._specs_store: SpecStore | None = None  # for the specs seeds carry inline
         # lifecycle
         self._stopping = asyncio.Event()
         self._cut = Cut()  # set with _stopping: a pull waiting for work returns at once
@@ -153,6 +155,7 @@ class Dispatcher:
         self.poison = PoisonCollector(self._settings, self._js, self._outbox)
         await self.poison.start()
         self.specs = SpecWatch(self._js)
+        self._specs_store = await SpecStore.open(self._js)
 
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
@@ -224,11 +227,12 @@ class Dispatcher:
             self._intake.read(m.subject, m.data, known if own is None else None)
             for m, own in zip(msgs, owned, strict=True)
         ]
-        for reading in readings:
-            followed = follow(reading, self._spec)
-            self.stats.not_followed += followed.not_followed
-            self.stats.too_deep += followed.too_deep
         try:
+            await self._store_specs(readings)
+            for reading in readings:
+                followed = follow(reading, self._spec)
+                self.stats.not_followed += followed.not_followed
+                self.stats.too_deep += followed.too_deep
             tasks = await self._admit(seqs, owned, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
@@ -400,6 +404,20 @@ class Dispatcher:
             c.drop(c.by_host[host][granted:])
             self.stats.over_host_limit += len(c.by_host[host]) - granted
         return dict(zip(hosts, grants, strict=True))
+
+    async def _store_specs(self, readings: list[Reading]) -> None:
+        """Store the specs seeds carry inline (a spec already stored is no new version), and
+        wait until the watch applies them, so they govern the seeds' own admission."""
+        assert self._specs_store is not None and self.specs is not None
+        for spec in (spec for reading in readings for spec in reading.specs):
+            try:
+                put = await self._specs_store.put(spec)
+                async with asyncio.timeout(SPEC_APPLIED_WITHIN_S):
+                    await self.specs.wait_version(spec.name, put.stored.version)
+            except (TimeoutError, NatsError, JetcrawlError) as e:
+                raise SeenSetUnavailable(f"job spec {spec.name} not stored: {e!r}") from e
+            if put.changed:
+                log.info("job %s: version %d from a seed", spec.name, put.stored.version)
 
     def _spec(self, job: str) -> JobSpec | None:
         stored = self.specs.current(job) if self.specs is not None else None

@@ -675,8 +675,9 @@ async def test_the_dispatchers_rights_cover_its_recovery_paths(
 async def test_services_read_job_specs_and_only_a_worker_publishes_items(
     tmp_path: Path, passwords: dict[str, str]
 ) -> None:
-    """Both services watch KV crawl_specs; neither may write a spec (the admin's `job put`);
-    the worker publishes items, the dispatcher may not."""
+    """Both services watch KV crawl_specs; the worker, which parses hostile pages, may not
+    write a spec; the dispatcher stores a spec a seed carries inline. The worker publishes
+    items, the dispatcher may not."""
     async with compose_nats(tmp_path / "nats") as server:
         base = Settings(nats_url=server.url, shards=4, create_topology=False)
         await apply_topology(server, base)
@@ -709,20 +710,24 @@ async def test_services_read_job_specs_and_only_a_worker_publishes_items(
                     async with asyncio.timeout(10):  # a change reaches both watches
                         await dispatcher.specs.wait_version("shop", 2)
                         await crawler.specs.wait_version("shop", 2)
+                    inline = {"name": "shop", "max_depth": 4}
+                    seed = {"url": "https://shop.example/", "spec": inline}
+                    await admin.jetstream().publish(SEEDS, json.dumps(seed).encode())
+                    async with asyncio.timeout(10):  # stored by the dispatcher
+                        await crawler.specs.wait_version("shop", 3)
                 finally:
                     crawler.stop()
                     dispatcher.stop()
             assert_no_violations(server)
 
             await worker.jetstream().publish(item_subject("shop"), b'{"v": 1}')  # allowed
-            for client in (worker, dispatcher_nc):
-                with pytest.raises(NatsTimeoutError):
-                    await client.jetstream(timeout=1).publish(f"$KV.{SPECS_BUCKET}.shop", b"x")
-                await refused(errors, f'publish to "$KV.{SPECS_BUCKET}.shop"')
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).publish(f"$KV.{SPECS_BUCKET}.shop", b"x")
+            await refused(errors, f'publish to "$KV.{SPECS_BUCKET}.shop"')
             await dispatcher_nc.publish(item_subject("shop"), b'{"v": 1}')
             await refused(errors, f'publish to "{item_subject("shop")}"')
             assert (await admin.jetstream().stream_info(ITEMS_STREAM)).state.messages == 1
-            assert (await store.get("shop")).version == 2, "no service wrote a spec"
+            assert (await store.get("shop")).version == 3, "the worker wrote no spec"
         finally:
             for client in (worker, dispatcher_nc, admin):
                 await client.close()

@@ -242,3 +242,31 @@ async def test_a_spec_that_recrawls_admits_its_urls_again_and_another_job_does_n
     again, once = await crawls("again"), await crawls("once")
     assert len(again) == 2 and len(once) == 1, "a job without re-crawl crawls a URL once"
     assert shop.hits["/products/1"] == 3
+
+
+async def test_a_seed_carries_its_spec_inline_and_a_bad_one_is_a_dead_letter_with_its_path(
+    nats_server: NatsServer, js: JetStreamContext, shop: BadSite
+) -> None:
+    settings = Settings(
+        nats_url=nats_server.url, shards=SHARDS, host_delay_s=0.0, allow_nets=("127.0.0.0/8",)
+    )
+    await ensure(js, settings)
+    seeds = [
+        {"url": shop.url("/"), "spec": {"name": "inline", "links": {"allow": ["/products/"]}}},
+        {"url": shop.url("/about"), "spec": {"name": "broken", "links": {"allow": ["("]}}},
+        {"url": shop.url("/more"), "job": "other", "spec": {"name": "inline"}},
+    ]
+    async with crawling(settings):
+        await js.publish(SEEDS, orjson.dumps(seeds))
+        await drained(js)
+    crawled = await results(js)
+    assert set(crawled) == {shop.url(p) for p in ("/", "/products/1", "/products/2")}
+    assert {(r.job, r.spec_version) for r in crawled.values()} == {("inline", 1)}
+    stored_spec = await SpecStore(await js.key_value("crawl_specs")).get("inline")
+    assert stored_spec.version == 1 and stored_spec.spec.doc == seeds[0]["spec"]
+
+    letters = [DeadLetter.from_wire(m.data) for m in await stored(js, DEAD_STREAM)]
+    assert sorted((d.stage, d.reason, d.detail.split(":")[0]) for d in letters) == [
+        ("seeds", "bad_spec", "job"),
+        ("seeds", "bad_spec", "spec.links.allow[0]"),
+    ]

@@ -37,7 +37,6 @@ __all__ = ["PutOutcome", "SpecStore", "SpecWatch", "UnknownJob"]
 log = logging.getLogger(__name__)
 
 MAX_CAS_ATTEMPTS = 20
-WATCH_POLL_S = 1.0  # how often the watch loop looks at its stop event between updates
 REWATCH_FIRST_S = 0.5
 REWATCH_MAX_S = 10.0
 
@@ -138,6 +137,7 @@ class SpecWatch:
         return self._specs.get(job)
 
     async def wait_ready(self) -> None:
+        """Until the bucket's specs are loaded, or ``run()`` has ended (stopped first)."""
         await self._ready.wait()
 
     async def wait_version(self, job: str, version: int) -> None:
@@ -148,35 +148,41 @@ class SpecWatch:
             )
 
     async def run(self, stopping: asyncio.Event) -> None:
+        """Watch until ``stopping`` is set; a failed watch is made again, with backoff."""
         failures = 0
-        while not stopping.is_set():
-            try:
-                await self._watch(stopping)
-                return
-            except (NatsError, TimeoutError) as e:
-                failures += 1
-                delay_s = backoff_s(failures, REWATCH_FIRST_S, REWATCH_MAX_S)
-                log.warning("watching %s failed, again in %.1f s: %r", SPECS_BUCKET, delay_s, e)
-                await wait_set(stopping, delay_s)
+        try:
+            while not stopping.is_set():
+                try:
+                    await self._watch(stopping)
+                    return
+                except (NatsError, TimeoutError) as e:
+                    failures += 1
+                    delay_s = backoff_s(failures, REWATCH_FIRST_S, REWATCH_MAX_S)
+                    log.warning("watching %s failed, again in %.1f s: %r", SPECS_BUCKET, delay_s, e)
+                    await wait_set(stopping, delay_s)
+        finally:
+            self._ready.set()  # nobody waits on a watch that has ended
 
     async def _watch(self, stopping: asyncio.Event) -> None:
         kv = await self._js.key_value(SPECS_BUCKET)
         watcher = await kv.watchall()
-        try:
-            while not stopping.is_set():
-                try:
-                    entry = await watcher.updates(timeout=WATCH_POLL_S)
-                except TimeoutError:
-                    continue
+        async with asyncio.TaskGroup() as tg:
+            # stop() ends the iteration below: a stop is an event, not a poll
+            stopper = tg.create_task(self._stop_on(stopping, watcher))
+            async for entry in watcher:
                 if entry is None:  # what the bucket held is delivered
                     self._ready.set()
-                    continue
-                await self._apply(entry)
-        finally:
-            try:
-                await watcher.stop()
-            except NatsError as e:  # the connection is gone: so is the subscription
-                log.debug("stopping the spec watch: %r", e)
+                else:
+                    await self._apply(entry)
+            stopper.cancel()
+
+    @staticmethod
+    async def _stop_on(stopping: asyncio.Event, watcher: KeyValue.KeyWatcher) -> None:
+        await stopping.wait()
+        try:
+            await watcher.stop()
+        except NatsError as e:  # the connection is gone: so is the subscription
+            log.debug("stopping the spec watch: %r", e)
 
     async def _apply(self, entry: KeyValue.Entry) -> None:
         if entry.operation in (KV_DEL, KV_PURGE):
