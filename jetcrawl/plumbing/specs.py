@@ -7,7 +7,9 @@ document is the one stored already; the bucket keeps ``SPEC_VERSIONS_KEPT`` vers
 :class:`SpecWatch` is what the dispatcher and the worker use: a KV watch that keeps the latest
 spec of every job in memory, so a spec put mid-crawl applies to the next URL admitted and the
 next task fetched, with no read on the hot path. A record it cannot read is logged and the
-previous version kept; the watch is made again after an error.
+previous version kept; the watch is made again after an error. Across a server restart the
+watch is nats-py's ordered consumer, which notices the missed heartbeats and starts again after
+the last version it delivered (tests/test_specs.py): a spec put meanwhile applies a little later.
 """
 
 from __future__ import annotations
