@@ -8,6 +8,7 @@ scrapy_spider.py  Scrapy with equivalent settings and jetcrawl's canonical finge
 runners.py        one run of one system, and the check that it crawled the known set
 ceiling.py        JetStream messages/s and nats-server CPU for jetcrawl's per-page mix
 memory.py         dispatcher RSS while the seen set grows (``python -m bench memory``)
+extract.py        extraction's CPU per page beside Scrapy's (``python -m bench extract``)
 profile.py        py-spy recordings of jetcrawl's processes, summarized
 report.py         medians, ranges, comparisons and targets as markdown and JSON
 cli.py            ``python -m bench``

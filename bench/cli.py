@@ -1,8 +1,10 @@
-"""``python -m bench``: the whole benchmark; ``memory``: the seen set; ``results``: reading back.
+"""``python -m bench``: the whole benchmark; ``memory``: the seen set; ``results``: reading back;
+``extract``: extraction's CPU per page beside Scrapy's.
 
     python -m bench [--quick] [--reps N] [--out DIR] [--systems a,b] ...
     python -m bench memory [--quick] [--urls N] [--out DIR]
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
+    python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
 
 The first starts the site, runs every system ``--reps`` times (interleaved, so drift hits all
 alike), measures the JetStream ceiling, profiles one more jetcrawl-1 run with py-spy when it is
@@ -28,6 +30,7 @@ from pathlib import Path
 import orjson
 
 from bench.ceiling import Ceiling, measure_ceiling
+from bench.extract import extract_markdown, measure_extract
 from bench.loop import run
 from bench.memory import measure_memory
 from bench.procs import BENCH_ROOT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
@@ -88,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     reading.add_argument("--reps", type=int, default=3, help="reads per reader (default 3)")
     reading.add_argument("--quick", action="store_true", help="10,000 records")
     reading.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    extract = sub.add_parser("extract", help="extraction's CPU per page, beside Scrapy's")
+    extract.add_argument(
+        "--runs", type=int, help="runs over each page per repetition (default 200)"
+    )
+    extract.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
+    extract.add_argument("--quick", action="store_true", help="20 runs per page, 3 repetitions")
+    extract.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return memory_command(args)
     if args.command == "results":
         return results_command(args)
+    if args.command == "extract":
+        return extract_command(args)
     report = throughput(args)
     return 0 if all(r.exact for r in report.runs) else 1
 
@@ -303,6 +315,15 @@ def results_command(args: argparse.Namespace) -> int:
     _say(f"results: publishing {records} records, then reading them back {args.reps} times each")
     result = run(measure_reading(records, args.reps))
     _write_report(args.out, "results", reading_markdown(result), result.to_dict())
+    return 0
+
+
+def extract_command(args: argparse.Namespace) -> int:
+    runs = args.runs or (20 if args.quick else 200)
+    reps = 3 if args.quick and args.reps == 5 else args.reps
+    _say(f"extract: each task over the shop's pages, {runs} runs per page, {reps} repetitions")
+    reading = measure_extract(runs, reps)
+    _write_report(args.out, "extract", extract_markdown(reading), reading.to_dict())
     return 0
 
 

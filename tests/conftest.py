@@ -5,6 +5,7 @@ nc, js        a nats-py client connected to nats_server, and its JetStream conte
 nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
 etcd_server   a started single-member EtcdServer
 site          a started MultiHostSite (tests/support/site.py) with a fixed seed
+example_plugin  the example plugin package installed in this venv (tests/support/exampleplugin.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nats.js import JetStreamContext
 
 import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
+from tests.support.exampleplugin import ensure_installed
 from tests.support.site import MultiHostSite
 
 SITE_SEED = 20240601
@@ -60,3 +62,8 @@ async def etcd_server(tmp_path: Path) -> AsyncIterator[EtcdServer]:
 async def site() -> AsyncIterator[MultiHostSite]:
     async with MultiHostSite(seed=SITE_SEED) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def example_plugin() -> None:
+    ensure_installed()

@@ -19,6 +19,7 @@ import pytest
 
 from bench.ceiling import Ceiling, Phase
 from bench.cli import COMPILED_PACKAGES, byte_compile, main
+from bench.extract import TASKS
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
 from bench.report import Report
 from bench.runners import Output, RunResult, check, classify
@@ -304,3 +305,18 @@ def test_the_report_has_no_floor_without_the_bare_loop_or_the_ceiling() -> None:
         assert report.cpu_floor() is None
         assert report.to_dict()["cpu_floor"] is None
         assert "The floor here" not in report.markdown()
+
+
+def test_the_extract_bench_reports_every_task(tmp_path: Path) -> None:
+    assert main(["extract", "--runs", "1", "--reps", "1", "--out", str(tmp_path)]) == 0
+    reading = orjson.loads((tmp_path / "extract.json").read_bytes())
+    rows = {row["task"]: row for row in reading["rows"]}
+    assert set(rows) == set(TASKS)
+    with_scrapy = importlib.util.find_spec("scrapy") is not None
+    for task, row in rows.items():
+        assert row["pages"] >= 3 and row["us_per_page"]["jetcrawl"] > 0
+        if not with_scrapy:
+            assert "scrapy" not in row["us_per_page"] and row["ratio"] is None
+        elif task != "JSON-LD + OpenGraph + microdata" or importlib.util.find_spec("extruct"):
+            assert row["ratio"] > 0
+    assert "| CSS fields (7) | 11 |" in (tmp_path / "extract.md").read_text()

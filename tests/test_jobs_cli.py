@@ -15,6 +15,7 @@ from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import SPECS_BUCKET
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.topology import ensure
+from tests.support.shop import JOB_SPEC
 
 SHOP_YAML = """\
 name: shop
@@ -146,3 +147,23 @@ async def test_an_unknown_job_exits_2_with_a_clear_message(
     assert code == 2 and err == f"jetcrawl: no version 7 of job 'shop' in {SPECS_BUCKET}\n"
     code, _, err = await jetcrawl(nats_server, "job", "diff", "shop", "1")
     assert code == 2 and "name two versions" in err
+
+
+async def test_put_compiles_the_extraction_and_refuses_a_bad_selector_at_its_path(
+    nats_server: NatsServer, js: JetStreamContext, tmp_path: Path, example_plugin: None
+) -> None:
+    await ensure(js, Settings(nats_url=nats_server.url, shards=4))
+    code, out, err = await jetcrawl(nats_server, "job", "put", str(JOB_SPEC))
+    assert (code, out, err) == (0, "job shop: version 1 stored\n", ""), "its plugin is installed"
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(JOB_SPEC.read_text().replace('{css: ".price", type: number}', '{css: "[["}'))
+    code, out, err = await jetcrawl(nats_server, "job", "put", str(bad))
+    assert (code, out) == (2, "")
+    assert err.startswith("jetcrawl: extract.rules[0].fields.price.css: invalid CSS selector")
+
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(JOB_SPEC.read_text().replace("[example-articles]", "[not-installed]"))
+    code, out, err = await jetcrawl(nats_server, "job", "put", str(unknown))
+    assert (code, out) == (0, "job shop: version 2 stored\n"), "the workers may have it"
+    assert "warning: plugin 'not-installed' is not installed here" in err

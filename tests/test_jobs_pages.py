@@ -9,6 +9,7 @@ import pytest
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.plugin import ItemOut, LinkOut, Output, Page
 from jetcrawl.worker.jobs import CompiledJob, run_page
+from jetcrawl.worker.plugins import Plugin
 
 PAGE = Page(
     url="https://shop.example/p/1",
@@ -24,8 +25,10 @@ PAGE = Page(
 )
 
 
-def job(**sources: Any) -> CompiledJob:
-    return CompiledJob(3, JobSpec.read({"name": "shop"}), tuple(sources.items()))
+def job(**functions: Any) -> CompiledJob:
+    """The functions as loaded plugins: what they return is checked as in a worker."""
+    sources = tuple((name, Plugin(name, "test", 1, f).run) for name, f in functions.items())
+    return CompiledJob(3, JobSpec.read({"name": "shop"}), sources)
 
 
 def good(page: Page) -> Output:
@@ -38,17 +41,17 @@ def good(page: Page) -> Output:
         (None, "bad_output", "returned NoneType, not an Output"),
         (Output(items=[ItemOut("a", {})]), None, None),  # a list is fine
         (Output(items=({"key": "a"},)), "bad_output", "items[0] is dict, not an ItemOut"),  # type: ignore[arg-type]
-        (Output(items=(ItemOut("", {}),)), "bad_output", "items[0].key must be a string"),
+        (Output(items=(ItemOut("", {}),)), "bad_output", "items[0].key must be 1..512"),
         (Output(items=(ItemOut("k" * 513, {}),)), "bad_output", "1..512 characters"),
         (
             Output(items=(ItemOut("a", {}), ItemOut("a", {}))),
             "bad_output",
-            "items[1].key 'a' is used twice",
+            "items[1].key 'a' is the key of an earlier item",
         ),
-        (Output(items=(ItemOut("a", {"when": object()}),)), "bad_output", "not a JSON object"),
-        (Output(links=("https://x.example/",)), "bad_output", "links[0] is not a LinkOut"),  # type: ignore[arg-type]
-        (Output(links=(LinkOut("/x", job="no way"),)), "bad_output", "links[0].job must match"),
-        (Output(items=ItemOut("a", {})), "bad_output", "items is ItemOut, not a tuple"),  # type: ignore[arg-type]
+        (Output(items=(ItemOut("a", {"when": object()}),)), "bad_output", "data is not JSON"),
+        (Output(links=("https://x.example/",)), "bad_output", "links[0] is str, not a LinkOut"),  # type: ignore[arg-type]
+        (Output(links=(LinkOut("/x", job="no way"),)), "bad_output", "a link's job must match"),
+        (Output(links=(LinkOut("mailto:a@b.example"),)), "bad_output", "no crawlable URL"),
     ],
 )
 def test_bad_output_is_a_failure_of_its_source_and_the_others_still_count(
@@ -69,13 +72,16 @@ def test_a_raising_plugin_is_a_failure_carrying_the_exception() -> None:
     def boom(page: Page) -> Output:
         raise KeyError("price")
 
-    out = run_page(job(boom=boom, first=good), PAGE)
-    [failure] = out.failures
-    assert (failure.source, failure.reason, failure.detail) == (
-        "boom",
-        "plugin_raised",
-        "KeyError: 'price'",
-    )
+    def broken(page: Page) -> Output:
+        raise RuntimeError("not a plugin's: the extraction's")
+
+    compiled = job(boom=boom, first=good)
+    compiled = CompiledJob(3, compiled.spec, (*compiled.sources, ("extract", broken)))
+    out = run_page(compiled, PAGE)
+    assert [(f.source, f.reason, f.detail) for f in out.failures] == [
+        ("boom", "plugin_raised", "raised KeyError: 'price'"),
+        ("extract", "plugin_raised", "RuntimeError: not a plugin's: the extraction's"),
+    ]
     assert [source for source, _ in out.items] == ["first"]
 
 
@@ -83,9 +89,8 @@ def test_links_without_a_job_take_the_pages_and_unavailable_plugins_fail_each_pa
     def links(page: Page) -> Output:
         return Output(links=(LinkOut("/a"), LinkOut("/b", job="other", priority=3)))
 
-    compiled = CompiledJob(
-        3, JobSpec.read({"name": "shop"}), (("links", links),), (("gone", "not installed"),)
-    )
+    compiled = job(links=links)
+    compiled = CompiledJob(3, compiled.spec, compiled.sources, (("gone", "not installed"),))
     out = run_page(compiled, PAGE)
     assert [(link.url, link.job, link.priority) for link in out.links] == [
         ("/a", "shop", None),

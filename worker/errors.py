@@ -2,7 +2,7 @@
 
 JetcrawlError                  (jetcrawl.contract.errors)
 └── WorkerError                base of every error the worker raises on purpose
-    └── FetchError             a URL could not be fetched; ``kind`` says why:
+    ├── FetchError             a URL could not be fetched; ``kind`` says why:
             timeout              no connection, no response or no body within the timeouts
             refused              the server's address refused the connection (nothing listens)
             connect              reset, dropped mid-response, unreachable
@@ -14,6 +14,8 @@ JetcrawlError                  (jetcrawl.contract.errors)
             protocol             the server does not speak HTTP we can read
             decoding             a Content-Encoding we cannot decode, or a corrupt one
             blocked              the SSRF guard refused the address (loopback, private, ...)
+    ├── PluginRefused          a plugin cannot be used: not installed, not loading, other API
+    └── PluginFailed           a plugin raised, or returned what is not a valid Output
 
 A 404 or a 500 is not an error: it is a fetched response with that status.
 """
@@ -62,3 +64,23 @@ class FetchError(WorkerError):
         self.message = message
         self.url = url
         self.transient = kind in TRANSIENT_KINDS if transient is None else transient
+
+
+class PluginRefused(WorkerError):
+    """The plugin ``plugin`` (its entry-point name) cannot be used; ``problem`` says why."""
+
+    def __init__(self, plugin: str, problem: str) -> None:
+        super().__init__(f"plugin {plugin!r} refused: {problem}")
+        self.plugin = plugin
+        self.problem = problem
+
+
+class PluginFailed(WorkerError):
+    """The plugin ``plugin`` failed on a page: ``problem`` says how; ``error`` is the exception it
+    raised (None: what it returned was wrong)."""
+
+    def __init__(self, plugin: str, problem: str, error: BaseException | None = None) -> None:
+        super().__init__(f"plugin {plugin!r} failed: {problem}")
+        self.plugin = plugin
+        self.problem = problem
+        self.error = error

@@ -2,6 +2,7 @@
 
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
 plugins   test plugins as a real distribution with entry points, on sys.path for one test
+exampleplugin  the example plugin package installed into the test venv (fast when it is)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
@@ -10,6 +11,7 @@ procfs    what Linux /proc says of a process
 prometheus  a real Prometheus scraping given ports, answering PromQL over its HTTP API
 scrape    Prometheus scrapes and probes of the services' metrics and health ports
 site      a local multi-host website drawn from a seed, with the exact answer of its crawl
+shop      a shop-like website, its job spec and the golden items of its extraction
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
 faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment

@@ -50,8 +50,8 @@ def future(page):
 
 
 for plugin in (items, raises, bad):
-    plugin.api_version = (1, 0)
-future.api_version = (2, 0)
+    plugin.jetcrawl_api = 1
+future.jetcrawl_api = 2
 """
 
 

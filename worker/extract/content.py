@@ -1,0 +1,40 @@
+"""A page's main content (no menus, footers or ads) as markdown or plain text, by trafilatura.
+
+trafilatura (with lxml and its fallbacks) is the optional extra ``markdown``: a job that asks for
+content is refused at ``compile_extraction`` when it is not installed, not on the first page.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from jetcrawl.contract.errors import SpecError
+from jetcrawl.worker.extract.spec import ContentFormat
+
+__all__ = ["main_content", "require_content"]
+
+_OUTPUT_FORMAT = {"markdown": "markdown", "text": "txt"}
+_extract: Callable[..., str | None] | None = None
+
+
+def require_content(path: str) -> None:
+    """Refuse a rule's ``content`` at ``path`` when trafilatura is not installed."""
+    if importlib.util.find_spec("trafilatura") is None:
+        raise SpecError(
+            path, "main content needs trafilatura: pip install 'jetcrawl[markdown]' on the workers"
+        )
+
+
+def main_content(html: str, url: str, output: ContentFormat) -> str | None:
+    """The main content of ``html`` in ``output`` format; None where trafilatura finds none."""
+    global _extract
+    if _extract is None:  # imported on first use: lxml and trafilatura cost a worker's start-up
+        from trafilatura import extract
+
+        _extract = extract
+    content: Any = _extract(
+        html, url=url, output_format=_OUTPUT_FORMAT[output], include_comments=False
+    )
+    return content if isinstance(content, str) else None
