@@ -164,6 +164,7 @@ def test_a_plugin_that_raises_fails_with_its_name_and_the_exception() -> None:
     [
         (None, "returned NoneType, not an Output"),
         ({"items": []}, "returned dict, not an Output"),
+        (Output(items=(i for i in ())), "items is generator, not a tuple"),  # type: ignore[arg-type]
         (Output(items=({"key": "a"},)), "items[0] is dict, not an ItemOut"),  # type: ignore[arg-type]
         (Output(items=(ItemOut("", {}),)), "items[0].key must be 1..512 characters"),
         (Output(items=(ItemOut("k" * 513, {}),)), "items[0].key must be 1..512 characters"),

@@ -103,6 +103,10 @@ def _origin(entry: EntryPoint) -> str:
 def _checked(name: str, output: Any, page: Page) -> Output:
     if not isinstance(output, Output):
         raise PluginFailed(name, f"returned {type(output).__name__}, not an Output")
+    for part in ("items", "links"):
+        if not isinstance(getattr(output, part), tuple | list):
+            kind = type(getattr(output, part)).__name__
+            raise PluginFailed(name, f"{part} is {kind}, not a tuple (read once, it would be lost)")
     keys: set[str] = set()
     for at, item in enumerate(output.items):
         where = f"items[{at}]"
