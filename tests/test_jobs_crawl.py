@@ -29,6 +29,7 @@ from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
+from jetcrawl.plumbing.metrics import DispatcherMetrics, WorkerMetrics
 from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker import Worker
@@ -184,6 +185,17 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
         # the pages were still recorded and their tasks acked: the crawl drained
         assert crawled[shop.url("/boom")].outcome == "fetched"
         assert worker.stats.extract_failures == 2 and worker.stats.items == len(shop_pages)
+        worker_metrics = WorkerMetrics("jetcrawl-worker", "0", "w1")
+        worker_metrics.bind(worker)
+        dispatcher_metrics = DispatcherMetrics("jetcrawl-dispatcher", "0", "d1")
+        dispatcher_metrics.bind(dispatcher)
+        sample = worker_metrics.registry.get_sample_value
+        assert sample("jetcrawl_items_total") == len(shop_pages)
+        assert sample("jetcrawl_extract_failures_total") == 2
+        rejected = dispatcher_metrics.registry.get_sample_value(
+            "jetcrawl_urls_rejected_total", {"reason": "not_followed"}
+        )
+        assert rejected == 2
 
         # Version 2, mid-crawl: /about and /more followed, the items plugin and one built for
         # another plugin API (refused at load: a dead letter per page, the items still made).
