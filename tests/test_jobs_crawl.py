@@ -283,3 +283,24 @@ async def test_a_seed_carries_its_spec_inline_and_a_bad_one_is_a_dead_letter_wit
         ("seeds", "bad_spec", "job"),
         ("seeds", "bad_spec", "spec.links.allow[0]"),
     ]
+
+
+async def test_a_worker_refuses_an_unusable_plugin_when_it_starts(
+    nats_server: NatsServer,
+    js: JetStreamContext,
+    installed_plugins: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(nats_url=nats_server.url, shards=SHARDS)
+    await ensure(js, settings)
+    specs = SpecStore(await js.key_value("crawl_specs"))
+    await specs.put(JobSpec.read({"name": "shop", "plugins": ["items", "future"]}))
+    await specs.put(JobSpec.read({"name": "fine", "plugins": ["items"]}))
+    async with Worker(settings, "w1") as worker, asyncio.TaskGroup() as tg:
+        assert "refused" not in caplog.text
+        tg.create_task(worker.run())
+        await worker.wait_running()  # before any task
+        worker.stop()
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and "job shop version 1: plugin 'future' refused" in refusals[0]
+    assert "plugin API 2.x" in refusals[0]

@@ -106,6 +106,12 @@ class Jobs:
         self._load = load
         self._compiled: dict[str, CompiledJob] = {}
 
+    def compile_all(self, jobs: list[str]) -> None:
+        """Compile every job's spec now, so that a plugin that cannot be used is refused (and
+        logged) when the worker starts, not at the job's first page."""
+        for job in jobs:
+            self.of(job)
+
     def of(self, job: str) -> CompiledJob | None:
         """The job's spec compiled, or None for a job without one (today's crawl)."""
         stored = self._current(job)

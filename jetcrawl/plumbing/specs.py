@@ -138,6 +138,10 @@ class SpecWatch:
     def current(self, job: str) -> StoredSpec | None:
         return self._specs.get(job)
 
+    def jobs(self) -> list[str]:
+        """The jobs that have a spec now."""
+        return sorted(self._specs)
+
     async def wait_ready(self) -> None:
         """Until the bucket's specs are loaded, or ``run()`` has ended (stopped first)."""
         await self._ready.wait()
