@@ -287,7 +287,6 @@ class TaskProcessor:
         result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)
         if job is None:
             return Done(result, self._discovered(a.task, fetched, page))
-        result = dataclasses.replace(result, spec_version=job.version)
         if self._spec_versions.setdefault(a.task.lineage.job, job.version) != job.version:
             self._spec_versions[a.task.lineage.job] = job.version
             self._sent = SentLinks(self._settings.link_memory, self._settings.recrawl_after_s)
@@ -481,7 +480,13 @@ class TaskProcessor:
             trace_id=self._telemetry.trace_id(),
             payload_digest=digest,
             body_ref=body_ref,
+            spec_version=self._spec_version(task.lineage.job),
         )
+
+    def _spec_version(self, job: str) -> int:
+        """The version of the job's spec a record is made under (0: the job has none)."""
+        compiled = self._jobs.of(job) if self._jobs is not None else None
+        return compiled.version if compiled is not None else 0
 
     # ------------------------------------------------------------------ publishing and acking
 
