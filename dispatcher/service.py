@@ -17,6 +17,11 @@ the old leader had delivered. Taken for a first delivery, such a message's links
 dropped as duplicates of the marks it had made itself, and their tasks never published. (Delivered
 so to another dispatcher, whose cache does not know those marks, the same can still happen.)
 
+Job specs: the dispatcher watches KV ``crawl_specs`` (:mod:`jetcrawl.plumbing.specs`), stores the
+specs seeds carry inline before it admits them, and drops the links a job's spec does not follow
+(:mod:`jetcrawl.dispatcher.jobrules`) before any seen mark is made; a spec's ``max_pages`` and
+``recrawl_after_s`` replace the settings' for its job.
+
 A message that runs out of deliveries becomes a dead letter (:mod:`jetcrawl.dispatcher.poison`);
 replayed, it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that
 carry any of them are published as on a redelivery.
