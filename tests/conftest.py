@@ -5,6 +5,7 @@ nc, js        a nats-py client connected to nats_server, and its JetStream conte
 nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
 etcd_server   a started single-member EtcdServer
 site          a started MultiHostSite (tests/support/site.py) with a fixed seed
+postgres      a started PostgreSQL server (tests/support/postgres.py), removed afterwards
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nats.js import JetStreamContext
 
 import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
+from tests.support.postgres import PostgresServer
 from tests.support.site import MultiHostSite
 
 SITE_SEED = 20240601
@@ -60,3 +62,13 @@ async def etcd_server(tmp_path: Path) -> AsyncIterator[EtcdServer]:
 async def site() -> AsyncIterator[MultiHostSite]:
     async with MultiHostSite(seed=SITE_SEED) as started:
         yield started
+
+
+@pytest.fixture
+async def postgres(tmp_path: Path) -> AsyncIterator[PostgresServer]:
+    server = PostgresServer(tmp_path / "postgres.log")
+    try:
+        async with server:
+            yield server
+    finally:
+        server.remove()
