@@ -4,6 +4,7 @@ status.py     ``jetcrawl status``: workers, shards, backlogs, hand-backs, rates
 results.py    ``jetcrawl results``: read and filter the results stream
 dlq.py        ``jetcrawl dlq``: list and replay dead letters
 export.py     result records as JSONL, CSV or WARC
+items.py      ``jetcrawl results --items``: items as JSONL, CSV or Parquet
 """
 
 __all__: list[str] = []  # import the modules by name
