@@ -181,12 +181,15 @@ async def test_bad_records_become_dead_letters_and_the_rest_is_stored(
     assert {letter["stage"] for letter in letters} == {"sink"}
 
 
+@pytest.mark.parametrize("outage", ["stop", "kill"])
 async def test_a_database_outage_pauses_the_sink_and_loses_nothing(
     nats_server: NatsServer,
     js: JetStreamContext,
     postgres: PostgresServer,
     caplog: pytest.LogCaptureFixture,
+    outage: str,
 ) -> None:
+    """A fast shutdown, or a crash (kill -9, then crash recovery), while items keep coming."""
     caplog.set_level(logging.INFO, logger="jetcrawl.sinks")
     settings = fast_settings(nats_server.url)
     consumer = consumer_name("postgres", "shop")
@@ -195,7 +198,7 @@ async def test_a_database_outage_pauses_the_sink_and_loses_nothing(
         await publish_items(js, [make_item(n) for n in range(100)])
         await wait_settled(js, ITEMS_STREAM, consumer)
 
-        await postgres.stop()
+        await (postgres.stop() if outage == "stop" else postgres.kill())
         await publish_items(js, [make_item(n) for n in range(100, 200)])
 
         async def paused() -> bool:

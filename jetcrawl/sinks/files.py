@@ -75,6 +75,8 @@ class FileSink:
         self._gathered: dict[int, Record] = {}
         self._bytes = 0
         self._started = 0.0
+        # in files written, not yet returned as durable (a later file of the same write failed)
+        self._unreturned: dict[int, Record] = {}
         # the stream sequences of the newest file written before this process: skipped
         self._written_before: frozenset[int] = frozenset()
         self._lock: IO[bytes] | None = None
@@ -92,6 +94,8 @@ class FileSink:
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self._lock.close()
+            self._lock = None
             raise SinkError(where, "another file sink writes to this directory") from None
         for part in self._dir.glob(f".{self._prefix}*{PART_SUFFIX}"):
             log.info("removing %s: a file a stopped sink had not finished", part)
@@ -103,30 +107,37 @@ class FileSink:
             self._written_before = frozenset(self._sequences(numbers[newest]))
 
     async def write(self, records: Sequence[Record]) -> Sequence[Record]:
-        already: list[Record] = []
+        durable: list[Record] = []
         for record in records:
             if record.kind != ITEMS:
                 continue
             if record.seq in self._written_before:
-                already.append(record)  # in the newest file already: its ack was lost
+                durable.append(record)  # in the newest file already: its ack was lost
                 continue
-            if record.seq in self._gathered:
+            if record.seq in self._gathered or record.seq in self._unreturned:
                 continue  # the same write again, after a pause
             assert record.item is not None
             if not self._gathered:
                 self._started = time.monotonic()
             self._gathered[record.seq] = record
             self._bytes += len(jsonl_line(record.item, record.seq))
-        if self._gathered and (
-            len(self._gathered) >= self._max_records
-            or self._bytes >= self._max_bytes
-            or time.monotonic() - self._started >= self._max_age_s
-        ):
-            return [*already, *await asyncio.to_thread(self._write_file)]
-        return already
+            if len(self._gathered) >= self._max_records or self._bytes >= self._max_bytes:
+                await self._roll()
+        if self._gathered and time.monotonic() - self._started >= self._max_age_s:
+            await self._roll()
+        durable.extend(self._unreturned.values())
+        self._unreturned.clear()
+        return durable
 
     async def flush(self) -> Sequence[Record]:
-        return await asyncio.to_thread(self._write_file) if self._gathered else ()
+        if self._gathered:
+            await self._roll()
+        return await self.write(())
+
+    async def _roll(self) -> None:
+        """Write the gathered records as the next file; they are returned by the next write."""
+        for record in await asyncio.to_thread(self._write_file):
+            self._unreturned[record.seq] = record
 
     async def close(self) -> None:
         if self._lock is not None:

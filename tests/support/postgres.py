@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -36,6 +37,7 @@ PASSWORD = "s3cret-pg-password"  # the tests look for it in logs: it must never 
 DATABASE = "postgres"
 DEBIAN_BIN_DIRS = "/usr/lib/postgresql/*/bin"
 _RUN_AS = ("postgres", "nobody")
+_ENTRY = re.compile(r"\[(?P<pid>\d+)\] (?P<level>[A-Z]+):  ")
 
 
 def postgres_bin_dir() -> Path:
@@ -72,6 +74,7 @@ class PostgresServer(ServerProcess):
         self.port = port if port is not None else free_ports(1)[0]
         self._account = _unprivileged_account() if os.geteuid() == 0 else None
         self.data_dir = Path(tempfile.mkdtemp(prefix="jetcrawl-pg-")) / "data"
+        self._postmaster: str | None = None  # the server's pid, once its log says it starts
         if self._account is not None:
             os.chown(self.data_dir.parent, self._account.pw_uid, self._account.pw_gid)
 
@@ -104,6 +107,7 @@ class PostgresServer(ServerProcess):
         )  # fmt: skip
 
     def _prepare(self) -> None:
+        self._postmaster = None
         if (self.data_dir / "PG_VERSION").exists():
             return  # a restart: same data
         password_file = self.data_dir.parent / "password"
@@ -131,12 +135,21 @@ class PostgresServer(ServerProcess):
             raise self._error(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
 
     def _parse(self, line: str) -> None:
+        entry = _ENTRY.search(line)
+        if entry and "starting PostgreSQL" in line:
+            self._postmaster = entry["pid"]
         if "ready to accept connections" in line:
             self._ready = True
 
     def _is_fatal(self, line: str) -> bool:
-        # Once it serves, FATAL lines are about one client (a wrong password), not the server.
-        return not self._ready and ("FATAL:" in line or "PANIC:" in line)
+        """A PANIC, or a FATAL of the server itself: a client's FATAL ("the database system
+        is starting up", a wrong password) ends that client's session only."""
+        entry = _ENTRY.search(line)
+        if entry is None:
+            return False
+        if entry["level"] == "PANIC":
+            return True
+        return entry["level"] == "FATAL" and self._postmaster in (None, entry["pid"])
 
     async def stop(self) -> None:
         await self._terminate(signal.SIGINT)  # fast shutdown: clients are cut off

@@ -34,8 +34,10 @@ __all__ = [
     "wait_settled",
 ]
 
-# Short timings: a paused sink retries quickly, a pull returns quickly, files roll quickly.
+# Short timings: a paused sink retries quickly, a pull returns quickly, and what a killed sink
+# left unacked comes again after 3 s (AckWait).
 FAST = {
+    "JETCRAWL_ACK_WAIT_S": "3",
     "JETCRAWL_SINK_RETRY_FIRST_S": "0.05",
     "JETCRAWL_SINK_RETRY_MAX_S": "0.3",
     "JETCRAWL_SINK_IDLE_S": "0.2",
@@ -65,7 +67,7 @@ def make_item(
         key=key or f"product-{n}",
         fp=f"{page:032x}",
         url=f"http://shop.test/p/{page}",
-        crawl_id=f"{page:032x}-{crawl}",
+        crawl_id=f"{job}-{page:032x}-{crawl}",  # a job dedupes apart: its own crawl ids
         source="extract",
         data=data if data is not None else {"name": f"thing {n}", "price": n * 1.5, "crawl": crawl},
         fetched_at=1_800_000_000.0 + crawl,
