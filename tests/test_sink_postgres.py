@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -245,3 +246,57 @@ async def test_a_database_down_at_start_is_waited_for(
     count = await rows(postgres.dsn(), f"SELECT count(*) AS n FROM {SCHEMA}.items")
     assert count[0]["n"] == 20
     assert caplog.text.count("cannot start yet") == 1
+
+
+async def test_a_sink_stopped_while_paused_hands_its_records_back_at_once(
+    nats_server: NatsServer, js: JetStreamContext, postgres: PostgresServer
+) -> None:
+    # AckWait is long here: the records come back because the sink naks them, not by expiry.
+    settings = fast_settings(nats_server.url).replace(ack_wait_s=60.0)
+    consumer = consumer_name("postgres", "shop")
+    await items_stream(js)
+    await postgres.stop()
+    async with running_sink(settings, postgres.dsn(), kinds=frozenset({ITEMS})) as service:
+        await postgres.start()
+        await publish_items(js, [make_item(n) for n in range(10)])
+        await wait_settled(js, ITEMS_STREAM, consumer)
+        await postgres.stop()
+        await publish_items(js, [make_item(n) for n in range(10, 20)])
+
+        async def paused() -> bool:
+            return service.stats.pauses == 1
+
+        await eventually(paused)
+        assert (await js.consumer_info(ITEMS_STREAM, consumer)).num_ack_pending
+    await postgres.start()
+    started = time.monotonic()
+    async with running_sink(settings, postgres.dsn(), kinds=frozenset({ITEMS})):
+        await wait_settled(js, ITEMS_STREAM, consumer, within_s=settings.ack_wait_s)
+    assert time.monotonic() - started < settings.ack_wait_s / 3, "not by AckWait's expiry"
+    count = await rows(postgres.dsn(), f"SELECT count(*) AS n FROM {SCHEMA}.items")
+    assert count[0]["n"] == 20
+
+
+async def test_a_consumer_name_taken_with_another_filter_is_refused(
+    nats_server: NatsServer, js: JetStreamContext, postgres: PostgresServer
+) -> None:
+    settings = fast_settings(nats_server.url)
+    async with running_sink(settings, postgres.dsn(), job=None, kinds=frozenset({ITEMS})):
+        await eventually(lambda: _exists(js, consumer_name("postgres", None)))
+    service = SinkService(
+        settings,
+        PostgresSink(Secret(postgres.dsn()), 5.0),
+        frozenset({ITEMS}),
+        consumer_name("postgres", "all"),  # a job named "all": the same name
+        "all",
+    )
+    with pytest.raises(SinkError, match=r"exists with filter 'crawl.items.\*'.*--consumer"):
+        await service.run()
+
+
+async def _exists(js: JetStreamContext, consumer: str) -> bool:
+    try:
+        await js.consumer_info(ITEMS_STREAM, consumer)
+    except Exception:
+        return False
+    return True

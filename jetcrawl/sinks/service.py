@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.items import Item
@@ -128,6 +129,9 @@ class SinkService:
             try:
                 await self._serve()
                 await self._flush()
+                # What no write made durable goes back now, for another process of this sink.
+                for msg in self._held.values():
+                    await msg.nak()
             finally:
                 for s in self._streams:
                     if s.psub is not None:
@@ -177,6 +181,19 @@ class SinkService:
             max_ack_pending=self._settings.sink_max_pending,
             filter_subject=s.subject,
         )
+        try:
+            existing = await self._js.consumer_info(s.stream, self._consumer)
+        except NotFoundError:
+            pass
+        else:
+            # One name, another filter: binding to it would store what this sink was not
+            # asked for (a job named "all" beside the all-jobs sink, say).
+            if existing.config.filter_subject != s.subject:
+                raise SinkError(
+                    f"consumer {self._consumer} on {s.stream}",
+                    f"exists with filter {existing.config.filter_subject!r}, not {s.subject!r}; "
+                    "name this sink's consumer with --consumer",
+                )
         return await self._js.pull_subscribe(
             s.subject, durable=self._consumer, stream=s.stream, config=config
         )
