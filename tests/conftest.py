@@ -6,6 +6,7 @@ nats_cluster  a started 3-node NatsCluster with a JetStream meta leader
 etcd_server   a started single-member EtcdServer
 site          a started MultiHostSite (tests/support/site.py) with a fixed seed
 example_plugin  the example plugin package installed in this venv (tests/support/exampleplugin.py)
+postgres      a started PostgreSQL server (tests/support/postgres.py), removed afterwards
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from nats.js import JetStreamContext
 import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it configures grpc (see there)
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
 from tests.support.exampleplugin import ensure_installed
+from tests.support.postgres import PostgresServer
 from tests.support.site import MultiHostSite
 
 SITE_SEED = 20240601
@@ -67,3 +69,13 @@ async def site() -> AsyncIterator[MultiHostSite]:
 @pytest.fixture(scope="session")
 def example_plugin() -> None:
     ensure_installed()
+
+
+@pytest.fixture
+async def postgres(tmp_path: Path) -> AsyncIterator[PostgresServer]:
+    server = PostgresServer(tmp_path / "postgres.log")
+    try:
+        async with server:
+            yield server
+    finally:
+        server.remove()

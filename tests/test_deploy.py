@@ -88,8 +88,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NATS_CONFIG_DIR = ROOT / "nats"
-USERS = ("admin", "seeder", "dispatcher", "worker")
+USERS = ("admin", "seeder", "dispatcher", "worker", "sink")
 PASSWORD_VARIABLES = tuple(f"NATS_{user.upper()}_PASSWORD" for user in USERS)
+DATABASE_PASSWORD = "POSTGRES_PASSWORD"  # compose's PostgreSQL, and the sink's DSN
 JETCRAWL_IMAGE = "jetcrawl:local"
 JETCRAWL = (sys.executable, "-m", "jetcrawl")  # the image's entrypoint, `jetcrawl`
 
@@ -348,7 +349,9 @@ def test_passwords_come_from_the_environment_with_marked_local_defaults() -> Non
     assert set(nats_env) == set(PASSWORD_VARIABLES)
     text = (ROOT / "compose.yaml").read_text()
     for variable in re.findall(r"\$\{(\w+)", text):
-        assert variable in PASSWORD_VARIABLES, f"only passwords are interpolated: {variable}"
+        assert variable in (*PASSWORD_VARIABLES, DATABASE_PASSWORD), (
+            f"only passwords are interpolated: {variable}"
+        )
     for default in re.findall(r"\$\{\w+:-([^}]*)\}", text):
         assert default.startswith("local-dev-only-"), default
     mine = {v: f"p{secrets.token_hex(4)}" for v in PASSWORD_VARIABLES}
@@ -752,7 +755,10 @@ class ComposeMesh:
         for key, value in env.items():
             for compose_host, local in self._hosts.items():
                 value = value.replace(f"//{compose_host}", f"//{local}")
-            assert not re.search(r"//(nats|etcd|jaeger)[:/]", value), f"unmapped: {value}"
+                value = value.replace(f"@{compose_host}", f"@{local}")  # a DSN with a password
+            assert not re.search(r"(//|@)(nats|etcd|jaeger|postgres)[:/]", value), (
+                f"unmapped: {value}"
+            )
             env[key] = value
         return {**env, **TEST_ONLY}
 

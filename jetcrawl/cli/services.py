@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from jetcrawl.plumbing.health import Readiness
+    from jetcrawl.sinks.api import Sink
 
 log = logging.getLogger("jetcrawl")
 
@@ -91,6 +92,25 @@ async def run_worker(settings: Settings) -> None:
         log.info("worker %s stopped: %s", worker_id, worker.stats)
     finally:
         await asyncio.to_thread(tracing.shutdown)
+
+
+async def run_sink(
+    settings: Settings,
+    sink: Sink,
+    kinds: frozenset[str],
+    name: str,
+    job: str | None,
+    consumer: str | None,
+) -> None:
+    from jetcrawl.sinks.service import SinkService, consumer_name
+
+    tune_gc()
+    consumer = consumer or consumer_name(name, job)
+    set_service("sink", consumer)
+    service = SinkService(settings, sink, kinds, consumer, job)
+    on_signals(service.stop)
+    await service.run()
+    log.info("sink %s stopped: %s", consumer, service.stats)
 
 
 def _endpoint(

@@ -15,4 +15,6 @@ shop      a shop-like website, its job spec and the golden items of its extracti
 streams   reading JetStream state: stored messages, seen keys, waiting on a count
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
 faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment
+postgres  a real PostgreSQL server (initdb + postgres in a temp dir), stopped and started at will
+sinks     items made and published, sink consumers settled, ``jetcrawl sink`` as a process
 """
