@@ -3,10 +3,12 @@ and the shop's golden items from every page of the shop."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +16,7 @@ from jetcrawl.contract.errors import SpecError
 from jetcrawl.contract.plugin import Page
 from jetcrawl.worker.extract import compile_extraction
 from jetcrawl.worker.extract.fields import parse_date, parse_number
+from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, MAX_DEPTH
 from tests.support.shop import ShopSite, fetch_pages, golden_lines, item_lines, job_spec, run_job
 
 
@@ -157,6 +160,18 @@ def test_no_page_makes_extraction_raise(html: str, path: str) -> None:
         orjson.dumps(dict(item.data))  # every value is JSON
 
 
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 10, MAX_DEPTH + 10])
+def test_a_page_nested_too_deep_is_read_up_to_the_depth_the_parse_reads(depth: int) -> None:
+    filler = "<br>" * DEPTH_SCAN_TAGS  # enough tags for the depth to be checked
+    html = f'<p class="a">before</p>{filler}{"<div>" * depth}<p class="b">deep</p>'
+    doc = rule(a={"css": "p.a"}, b={"css": "p.b"}, c={"xpath": "//p[@class='b']"})
+    (item,) = compile_extraction(doc).run(page(html)).items
+    if depth > MAX_DEPTH:
+        assert item.data == {"a": "before", "b": None, "c": None}
+    else:
+        assert item.data == {"a": "before", "b": "deep", "c": "deep"}
+
+
 def test_main_content_as_markdown_and_text() -> None:
     body = "".join(
         f"<p>Paragraph {n} says something about kettles and water. " * 3 + "</p>" for n in range(4)
@@ -229,6 +244,7 @@ def test_the_key_field_and_the_first_matching_rule() -> None:
             "only type date",
         ),
         (rule(content={"css": "p"}), "extract.rules[0].fields.content", "rename it"),
+        (rule(**{"a.b": {"css": "p"}}), "extract.rules[0].fields.a.b", "a field name is"),
         (
             {"rules": [{"match": ".", "key": "sku", "fields": {"p": {"css": "p"}}}]},
             "extract.rules[0].key",
@@ -269,6 +285,19 @@ def test_a_good_spec_compiles_and_a_path_prefix_is_kept() -> None:
         compile_extraction(rule(p={"css": "p::text"}), path="spec.extract")
     assert refused.value.path == "spec.extract.rules[0].fields.p.css"
     assert "pseudo-elements" in refused.value.problem
+
+
+def test_the_readme_example_compiles_and_reads_a_product() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Extraction", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    extraction = compile_extraction(yaml.safe_load(example)["extract"])
+    html = PRODUCT.replace('<h1 class="name">', '<h1 class="product-name">')
+    html += '<dl><dd data-spec="sku">S-1</dd></dl><p class="availability">Out of stock</p>'
+    (item,) = extraction.run(page(html)).items
+    assert item.key == "S-1"
+    assert item.data["price"] == 1299.5 and item.data["stock"] == "Out of stock"
+    assert item.data["json_ld"][0]["sku"] == "S-1" and item.data["content"] is not None
 
 
 @pytest.mark.parametrize(

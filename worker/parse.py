@@ -33,7 +33,7 @@ from selectolax.lexbor import LexborHTMLParser
 from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.urls import LinkCanonicalizer
 
-__all__ = ["Page", "extract"]
+__all__ = ["DEPTH_SCAN_TAGS", "MAX_DEPTH", "Page", "depth_end", "extract"]
 
 _LINKS = "a[href], area[href]"
 MAX_DEPTH = 2_048  # elements open at once, beyond which a page is read no further
@@ -61,7 +61,7 @@ class Page:
 
 def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCanonicalizer) -> Page:
     """The title and outlinks of the HTML page ``html`` fetched from ``page_url`` (canonical)."""
-    cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := _depth_end(html)) is not None
+    cut = html.count(b"<") > DEPTH_SCAN_TAGS and (end := depth_end(html)) is not None
     if cut:
         html = html[:end]
     tree = _parse(html, charset)
@@ -101,7 +101,7 @@ def extract(html: bytes, page_url: str, charset: str | None, canonical: LinkCano
     return Page(title=title, links=tuple(links), invalid_links=invalid, cut_at_depth=cut)
 
 
-def _depth_end(html: bytes) -> int | None:
+def depth_end(html: bytes) -> int | None:
     """Where ``html`` first has more than ``MAX_DEPTH`` elements open, or None. An estimate of
     the HTML tree's depth from its tags (void and self-closed ones do not nest; a closing tag
     closes one), which is all the guard needs: hostile nesting is never subtle."""

@@ -6,6 +6,7 @@ content is refused at ``compile_extraction`` when it is not installed, not on th
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,6 @@ from jetcrawl.worker.extract.spec import ContentFormat
 __all__ = ["main_content", "require_content"]
 
 _OUTPUT_FORMAT = {"markdown": "markdown", "text": "txt"}
-_extract: Callable[..., str | None] | None = None
 
 
 def require_content(path: str) -> None:
@@ -29,12 +29,15 @@ def require_content(path: str) -> None:
 
 def main_content(html: str, url: str, output: ContentFormat) -> str | None:
     """The main content of ``html`` in ``output`` format; None where trafilatura finds none."""
-    global _extract
-    if _extract is None:  # imported on first use: lxml and trafilatura cost a worker's start-up
-        from trafilatura import extract
-
-        _extract = extract
-    content: Any = _extract(
+    content = _trafilatura()(
         html, url=url, output_format=_OUTPUT_FORMAT[output], include_comments=False
     )
     return content if isinstance(content, str) else None
+
+
+@functools.cache
+def _trafilatura() -> Callable[..., Any]:
+    # Imported on first use: it is an optional extra, and its import costs a worker ~0.8 s.
+    from trafilatura import extract
+
+    return extract

@@ -21,6 +21,7 @@ from jetcrawl.worker.extract.content import main_content, require_content
 from jetcrawl.worker.extract.fields import css_strings, typed, xpath_strings
 from jetcrawl.worker.extract.metadata import json_ld, microdata, opengraph
 from jetcrawl.worker.extract.spec import PAGE_KEY, Rule, compile_rules
+from jetcrawl.worker.parse import DEPTH_SCAN_TAGS, depth_end
 
 __all__ = ["HTML_TYPES", "Extraction", "compile_extraction"]
 
@@ -48,7 +49,8 @@ class Extraction:
         rule = self.rule_for(page.url)
         if rule is None or page.content_type not in HTML_TYPES:
             return Output()
-        trees = _Trees(page.text)
+        text = _readable(page.text)
+        trees = _Trees(text)
         data: dict[str, Any] = {}
         for field in rule.fields:
             if field.css is not None:
@@ -69,8 +71,19 @@ class Extraction:
         if "microdata" in rule.metadata:
             data["microdata"] = microdata(trees.lexbor, page.final_url)
         if rule.content is not None:
-            data["content"] = main_content(page.text, page.final_url, rule.content)
+            data["content"] = main_content(text, page.final_url, rule.content)
         return Output(items=(ItemOut(key, data),))
+
+
+def _readable(text: str) -> str:
+    """``text`` up to where it nests deeper than ``MAX_DEPTH`` elements, as the worker's parse
+    reads it: lexbor takes time growing with the square of a tree's depth, and a hostile page
+    must not hold a worker."""
+    if text.count("<") <= DEPTH_SCAN_TAGS:
+        return text
+    html = text.encode()
+    end = depth_end(html)
+    return text if end is None else html[:end].decode(errors="ignore")
 
 
 class _Trees:

@@ -47,7 +47,7 @@ RESERVED_NAMES: Final = frozenset({"json_ld", "opengraph", "microdata", "content
 _SECTION_KEYS = ("rules",)
 _RULE_KEYS = ("match", "key", "fields", "metadata", "content")
 _FIELD_KEYS = ("css", "xpath", "type", "attr", "pattern", "format")
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # no ".": it would blur a path
 _PROBE = LexborHTMLParser("<html><body></body></html>")  # runs a selector once, to check it
 
 
@@ -115,7 +115,9 @@ def _rule(doc: Any, path: str) -> Rule:
 
 def _field(name: Any, doc: Any, path: str) -> Field:
     if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
-        raise SpecError(path, "a field name is a letter or _, then letters, digits, _ . or -")
+        raise SpecError(
+            path, "a field name is a letter or _, then up to 63 letters, digits, _ or -"
+        )
     if name in RESERVED_NAMES:
         raise SpecError(path, f"{name!r} is where a rule puts its metadata or content: rename it")
     field = _mapping(doc, path, _FIELD_KEYS)
