@@ -14,6 +14,7 @@ that does not decode, or that the storage refuses for its content, becomes a dea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -131,7 +132,8 @@ class SinkService:
                 await self._flush()
                 # What no write made durable goes back now, for another process of this sink.
                 for msg in self._held.values():
-                    await msg.nak()
+                    with contextlib.suppress(NatsError):  # then they come back after AckWait
+                        await msg.nak()
             finally:
                 for s in self._streams:
                     if s.psub is not None:
@@ -242,7 +244,8 @@ class SinkService:
                 result = Result.from_wire(msg.data)
                 if self._job is not None and result.job != self._job:
                     self.stats.skipped += 1
-                    await msg.ack()
+                    with contextlib.suppress(NatsError):  # if lost, skipped again later
+                        await msg.ack()
                     return None
                 record = Record(RESULTS, seq, msg.data, result=result)
         except MessageError as e:
@@ -294,14 +297,24 @@ class SinkService:
         return durable
 
     async def _ack(self, durable: Sequence[Record]) -> None:
+        lost = 0
         for record in durable:
             msg = self._held.pop((record.kind, record.seq), None)
             if msg is None:
                 continue  # acked before: the sink returned it twice
-            await msg.ack()
             self.stats.stored += 1
-        if durable and self.nc is not None:
-            await self.nc.flush()  # the server has the acks: a crash now doubles nothing
+            try:
+                await msg.ack()
+            except NatsError:  # the connection's buffer is full while it reconnects
+                lost += 1
+        if durable and self.nc is not None and not lost:
+            try:
+                await self.nc.flush()  # the server has the acks: a crash now doubles nothing
+            except (NatsError, TimeoutError):
+                lost = len(durable)
+        if lost:
+            # Stored already: their redelivery changes nothing (a sink stores twice alike).
+            log.warning("sink %s: %d acks may be lost (NATS reconnecting)", self._consumer, lost)
 
     async def _keep_alive(self) -> None:
         """In-progress acks for what the sink holds, so AckWait never redelivers it."""
@@ -329,7 +342,8 @@ class SinkService:
         except NatsError as e:  # not terminated: it comes back and is tried again
             log.warning("dead letter for %s seq %d not stored: %r", msg.subject, seq, e)
             return
-        await msg.term()
+        with contextlib.suppress(NatsError):  # if lost, the letter is made again: same id
+            await msg.term()
         self.stats.dead += 1
         log.warning("dead-lettered %s seq %d (%s): %s", msg.subject, seq, reason, detail)
 
