@@ -19,6 +19,7 @@ from jetcrawl.local.embedded import NatsServer, free_ports
 from jetcrawl.sinks.pgschema import SCHEMA
 from tests.support.faulty import EXIT_CODE
 from tests.support.postgres import PASSWORD, PostgresServer
+from tests.support.scrape import free_port, probe, scrape
 from tests.support.sinks import (
     SinkProcess,
     items_stream,
@@ -216,3 +217,40 @@ def test_bad_sink_input_fails_in_one_line_before_anything_starts() -> None:
         assert done.returncode == 2, done.stderr
         assert problem in done.stderr and "pw" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_the_sink_serves_metrics_and_is_not_ready_while_its_database_is_away(
+    nats_server: NatsServer, js: JetStreamContext, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    await items_stream(js)
+    sink = pg_sink(nats_server, postgres, tmp_path / "sink.log")
+    sink.args += ["--metrics-port", str(port)]
+    await sink.start()
+    try:
+        await publish_items(js, [make_item(n) for n in range(30)])
+        await wait_settled(js, ITEMS_STREAM, PG_CONSUMER)
+        assert (await probe(port, "/healthz"))[0] == 200
+        assert (await probe(port, "/readyz"))[0] == 200
+        samples = await scrape(port)
+        assert samples.get("jetcrawl_sink_records_stored_total") == 30
+        assert samples.get("jetcrawl_sink_paused") == 0
+
+        await postgres.stop()
+        await publish_items(js, [make_item(n) for n in range(30, 40)])
+
+        async def not_ready() -> bool:
+            status, body = await probe(port, "/readyz")
+            return status == 503 and "sink paused" in str(body)
+
+        await eventually(not_ready)
+        samples = await scrape(port)
+        assert samples.get("jetcrawl_sink_paused") == 1
+        assert samples.get("jetcrawl_sink_records_held") > 0
+        assert (await probe(port, "/healthz"))[0] == 200, "alive all the same"
+        await postgres.start()
+        await wait_settled(js, ITEMS_STREAM, PG_CONSUMER)
+        assert (await probe(port, "/readyz"))[0] == 200
+        assert (await scrape(port)).get("jetcrawl_sink_pauses_total") == 1
+    finally:
+        assert await sink.stop() == 0, sink.output()

@@ -104,9 +104,31 @@ class SinkService:
         # records handed to the sink and not yet durable, by (kind, stream sequence)
         self._held: dict[tuple[str, int], Msg] = {}
         self._writing = asyncio.Lock()  # one write at a time: the sink is not re-entrant
+        # the storage: open yet, and why it is away (None: it answers)
+        self._opened = False
+        self._paused_by: str | None = None
         # stopping
         self._stopping = asyncio.Event()
         self.stats = SinkStats()
+
+    @property
+    def held(self) -> int:
+        """Records handed to the sink and not yet durable."""
+        return len(self._held)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_by is not None
+
+    async def ready(self) -> str | None:
+        """A readiness check: None while connected, open and not paused, else why not."""
+        if self.nc is None or not self.nc.is_connected:
+            return "nats: not connected"
+        if not self._opened:
+            return f"sink: {self._sink.describe()} not open yet"
+        if self._paused_by is not None:
+            return f"sink paused: {self._paused_by}"
+        return None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -207,12 +229,15 @@ class SinkService:
             try:
                 await self._sink.open()
             except SinkUnavailable as e:
+                self._paused_by = str(e)
                 if attempt == 0:
                     log.warning("sink %s cannot start yet: %s; retrying", self._consumer, e)
                 attempt += 1
                 if await wait_set(self._stopping, self._retry_delay_s(attempt)):
                     return False
                 continue
+            self._opened = True
+            self._paused_by = None
             if attempt:
                 log.info("sink %s started after %d tries", self._consumer, attempt + 1)
             log.info("sink %s writing to %s", self._consumer, self._sink.describe())
@@ -263,6 +288,7 @@ class SinkService:
             try:
                 durable = await self._sink.write(records)
             except SinkUnavailable as e:
+                self._paused_by = str(e)
                 if paused_at is None:
                     paused_at = time.monotonic()
                     self.stats.pauses += 1
@@ -281,6 +307,7 @@ class SinkService:
                     await self._dead(msg, "rejected", e.problem)
                     return []
                 return await self._one_by_one(records)
+            self._paused_by = None
             if paused_at is not None:
                 log.info(
                     "sink %s resumed after %.1f s", self._consumer, time.monotonic() - paused_at
