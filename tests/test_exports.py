@@ -15,6 +15,18 @@ EXPORTS: dict[str, list[str]] = {
     "jetcrawl.ops": [],
     "jetcrawl.dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
     "jetcrawl.worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
+    # The sink plugin interface, version 1 (jetcrawl/sinks/api.py): what a third party uses.
+    "jetcrawl.sinks": [
+        "ITEMS",
+        "RESULTS",
+        "SINK_API_VERSION",
+        "Record",
+        "Sink",
+        "SinkError",
+        "SinkPlugin",
+        "SinkRejected",
+        "SinkUnavailable",
+    ],
     "jetcrawl.otel": [
         "DISPATCHER_SERVICE",
         "NO_TRACING",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import asyncpg
 import orjson
+import pytest
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.topology import ITEMS_STREAM
@@ -19,6 +20,7 @@ from jetcrawl.local.embedded import NatsServer, free_ports
 from jetcrawl.sinks.pgschema import SCHEMA
 from tests.support.faulty import EXIT_CODE
 from tests.support.postgres import PASSWORD, PostgresServer
+from tests.support.scrape import free_port, probe, scrape
 from tests.support.sinks import (
     SinkProcess,
     items_stream,
@@ -138,28 +140,36 @@ async def test_kill_9_from_outside_while_items_flow_and_postgres_restarts(
     assert sorted(stored) == sorted(f"product-{n}" for n in range(published))
 
 
-def file_sink(nats: NatsServer, out: Path, log: Path, fault: str | None = None) -> SinkProcess:
+def file_sink(
+    nats: NatsServer, out: Path, log: Path, fault: str | None = None, max_records: int = 40
+) -> SinkProcess:
     return SinkProcess(
         ["files", "--dir", str(out), "--job", "shop", "--nats", nats.url],
-        {**BATCH, "JETCRAWL_SINK_FILE_MAX_RECORDS": "40", "JETCRAWL_SINK_FILE_MAX_AGE_S": "1"},
+        {
+            **BATCH,
+            "JETCRAWL_SINK_FILE_MAX_RECORDS": str(max_records),
+            "JETCRAWL_SINK_FILE_MAX_AGE_S": "1",
+        },
         log,
         fault,
     )
 
 
+@pytest.mark.parametrize("max_records", [40, 10])  # one file, or five, in the crashing write
 async def test_file_sink_kill_9_after_a_file_before_its_acks_then_restart(
-    nats_server: NatsServer, js: JetStreamContext, tmp_path: Path
+    nats_server: NatsServer, js: JetStreamContext, tmp_path: Path, max_records: int
 ) -> None:
     out = tmp_path / "out"
     await items_stream(js)
     await publish_items(js, [make_item(n) for n in range(130)])
-    crashing = file_sink(nats_server, out, tmp_path / "sink1.log", "sink.before_ack:1")
+    crashing = file_sink(nats_server, out, tmp_path / "sink1.log", "sink.before_ack:1", max_records)
     await crashing.start()
     assert await crashing.wait() == EXIT_CODE, crashing.output()
-    assert [p.name for p in sorted(out.glob("items-*"))] == ["items-shop-000001.jsonl"]
+    written = [f"items-shop-{n:06d}.jsonl" for n in range(1, 50 // max_records + 1)]
+    assert [p.name for p in sorted(out.glob("items-*"))] == written
     assert (await js.consumer_info(ITEMS_STREAM, FILES_CONSUMER)).ack_floor.stream_seq == 0
 
-    restarted = file_sink(nats_server, out, tmp_path / "sink2.log")
+    restarted = file_sink(nats_server, out, tmp_path / "sink2.log", max_records=max_records)
     await restarted.start()
     try:
         await wait_settled(js, ITEMS_STREAM, FILES_CONSUMER)
@@ -216,3 +226,40 @@ def test_bad_sink_input_fails_in_one_line_before_anything_starts() -> None:
         assert done.returncode == 2, done.stderr
         assert problem in done.stderr and "pw" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_the_sink_serves_metrics_and_is_not_ready_while_its_database_is_away(
+    nats_server: NatsServer, js: JetStreamContext, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    await items_stream(js)
+    sink = pg_sink(nats_server, postgres, tmp_path / "sink.log")
+    sink.args += ["--metrics-port", str(port)]
+    await sink.start()
+    try:
+        await publish_items(js, [make_item(n) for n in range(30)])
+        await wait_settled(js, ITEMS_STREAM, PG_CONSUMER)
+        assert (await probe(port, "/healthz"))[0] == 200
+        assert (await probe(port, "/readyz"))[0] == 200
+        samples = await scrape(port)
+        assert samples.get("jetcrawl_sink_records_stored_total") == 30
+        assert samples.get("jetcrawl_sink_paused") == 0
+
+        await postgres.stop()
+        await publish_items(js, [make_item(n) for n in range(30, 40)])
+
+        async def not_ready() -> bool:
+            status, body = await probe(port, "/readyz")
+            return status == 503 and "sink paused" in str(body)
+
+        await eventually(not_ready)
+        samples = await scrape(port)
+        assert samples.get("jetcrawl_sink_paused") == 1
+        assert samples.get("jetcrawl_sink_records_held") > 0
+        assert (await probe(port, "/healthz"))[0] == 200, "alive all the same"
+        await postgres.start()
+        await wait_settled(js, ITEMS_STREAM, PG_CONSUMER)
+        assert (await probe(port, "/readyz"))[0] == 200
+        assert (await scrape(port)).get("jetcrawl_sink_pauses_total") == 1
+    finally:
+        assert await sink.stop() == 0, sink.output()

@@ -35,6 +35,7 @@ def file_sink(directory: Path, fmt: str = "jsonl", max_records: int = 10, max_ag
         max_records=max_records,
         max_bytes=1 << 30,
         max_age_s=max_age_s,
+        max_pending=1000,
     )
 
 

@@ -139,6 +139,20 @@ async def test_the_schema_is_made_once_and_a_newer_one_is_refused(
     await sink.close()
 
 
+async def test_a_user_that_may_not_create_the_schema_is_told_in_one_line(
+    postgres: PostgresServer,
+) -> None:
+    conn = await asyncpg.connect(postgres.dsn())
+    await conn.execute("CREATE ROLE reader LOGIN PASSWORD 'reader-pw'")
+    await conn.execute("REVOKE CREATE ON DATABASE postgres FROM PUBLIC")
+    await conn.close()
+    dsn = postgres.dsn(password="reader-pw").replace("jetcrawl:", "reader:")
+    sink = PostgresSink(Secret(dsn), 5.0)
+    with pytest.raises(SinkError, match=f"cannot create or migrate schema {SCHEMA}: permission"):
+        await sink.open()
+    await sink.close()
+
+
 async def test_a_wrong_password_fails_naming_the_server_and_never_the_password(
     postgres: PostgresServer, caplog: pytest.LogCaptureFixture
 ) -> None:

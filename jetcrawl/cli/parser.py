@@ -160,6 +160,7 @@ def _sink_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         s.add_argument(
             "--consumer", help="the durable consumer's name (default: sink-<SINK>-<job or all>)"
         )
+        _metrics_flag(s)
         _set_flag(s)
         add_arguments = getattr(plugin, "add_arguments", None)
         if add_arguments is not None:

@@ -102,14 +102,22 @@ async def run_sink(
     job: str | None,
     consumer: str | None,
 ) -> None:
+    from jetcrawl.plumbing.health import Readiness
+    from jetcrawl.sinks.metrics import SINK_SERVICE, SinkMetrics
     from jetcrawl.sinks.service import SinkService, consumer_name
 
     tune_gc()
     consumer = consumer or consumer_name(name, job)
     set_service("sink", consumer)
     service = SinkService(settings, sink, kinds, consumer, job)
-    on_signals(service.stop)
-    await service.run()
+    metrics = SinkMetrics(SINK_SERVICE, __version__, consumer) if settings.metrics_port else None
+    readiness = Readiness()
+    async with _endpoint(settings, metrics.registry if metrics else None, readiness):
+        if metrics is not None:
+            metrics.bind(service)
+        readiness.add("sink", service.ready)
+        on_signals(service.stop)
+        await service.run()
     log.info("sink %s stopped: %s", consumer, service.stats)
 
 

@@ -8,6 +8,7 @@ postgres.py  the PostgreSQL sink (asyncpg): upserts in one transaction per batch
 pgschema.py  its tables as ordered migrations, and its upserts
 files.py     the file sink: rolling JSON-lines or Parquet files, renamed when complete
 rows.py      items as rows: the columns of the files and of ``jetcrawl results --items``
+metrics.py   its Prometheus metrics and readiness, for ``--metrics-port``
 """
 
 from jetcrawl.sinks.api import ITEMS, RESULTS, SINK_API_VERSION, Record, Sink, SinkPlugin

@@ -70,4 +70,6 @@ class SinkPlugin:
     summary: str  # one line for ``jetcrawl sink --help``
     kinds: frozenset[str]  # what it stores: ITEMS, RESULTS or both
     add_arguments: Callable[[argparse.ArgumentParser], None]  # its own flags
-    create: Callable[[argparse.Namespace, Settings], Sink]  # a sink from the parsed flags
+    # A sink from the parsed flags (its own, and ``job``: None for every job) and the settings;
+    # raise SinkError for a flag it cannot use: said in one line, exit status 2.
+    create: Callable[[argparse.Namespace, Settings], Sink]

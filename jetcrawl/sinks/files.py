@@ -6,8 +6,9 @@ hidden temporary name (``.items-shop-000007.jsonl.part``), fsynced, renamed to i
 (``items-shop-000007.jsonl``) and the directory fsynced. Only then are its records returned as
 durable, and acked. A kill -9 loses nothing: the records of the file not yet renamed were never
 acked and come again, and a leftover temporary file is deleted at start. Nor does a restart
-double anything: a crash between the rename and the acks redelivers exactly the newest file's
-records, so at start the sink reads that file's stream sequences and skips them.
+double anything: a crash between a rename and the acks redelivers records of the newest files
+(one write may finish several), so at start the sink reads the stream sequences of as many of
+the newest records as may be unacked at once (``sink_max_pending``) and skips those.
 
 One sink process per directory: a lock file refuses a second. A full or failing disk is
 :class:`~jetcrawl.sinks.errors.SinkUnavailable` (the service pauses and retries the file).
@@ -57,6 +58,7 @@ class FileSink:
         max_records: int,
         max_bytes: int,
         max_age_s: float,
+        max_pending: int,
     ) -> None:
         if fmt not in FORMATS:
             raise SinkError("--format", f"unknown format {fmt!r}; use one of {FORMATS}")
@@ -70,6 +72,7 @@ class FileSink:
         self._max_records = max_records
         self._max_bytes = max_bytes
         self._max_age_s = max_age_s
+        self._max_pending = max_pending  # the consumer's unacked records at most
         # the file being gathered: its records (by stream sequence), their JSON size, its start
         self._number = 0
         self._gathered: dict[int, Record] = {}
@@ -77,7 +80,7 @@ class FileSink:
         self._started = 0.0
         # in files written, not yet returned as durable (a later file of the same write failed)
         self._unreturned: dict[int, Record] = {}
-        # the stream sequences of the newest file written before this process: skipped
+        # the stream sequences of the newest files written before this process: skipped
         self._written_before: frozenset[int] = frozenset()
         self._lock: IO[bytes] | None = None
 
@@ -101,10 +104,15 @@ class FileSink:
             log.info("removing %s: a file a stopped sink had not finished", part)
             part.unlink()
         numbers = {int(m[1]): p for p in self._dir.iterdir() if (m := self._names.match(p.name))}
-        if numbers:
-            newest = max(numbers)
-            self._number = newest
-            self._written_before = frozenset(self._sequences(numbers[newest]))
+        self._number = max(numbers, default=0)
+        # At most max_pending records were unacked at the crash, all in the newest files:
+        # read back that many, newest first.
+        seen: set[int] = set()
+        for number in sorted(numbers, reverse=True):
+            if len(seen) >= self._max_pending:
+                break
+            seen.update(self._sequences(numbers[number]))
+        self._written_before = frozenset(seen)
 
     async def write(self, records: Sequence[Record]) -> Sequence[Record]:
         durable: list[Record] = []
@@ -112,7 +120,7 @@ class FileSink:
             if record.kind != ITEMS:
                 continue
             if record.seq in self._written_before:
-                durable.append(record)  # in the newest file already: its ack was lost
+                durable.append(record)  # in a file already: its ack was lost
                 continue
             if record.seq in self._gathered or record.seq in self._unreturned:
                 continue  # the same write again, after a pause
@@ -222,6 +230,7 @@ def _create(args: argparse.Namespace, settings: Settings) -> FileSink:
         max_records=settings.sink_file_max_records,
         max_bytes=settings.sink_file_max_bytes,
         max_age_s=settings.sink_file_max_age_s,
+        max_pending=settings.sink_max_pending,
     )
 
 

@@ -23,7 +23,7 @@ import orjson
 from jetcrawl.contract.settings import Secret, Settings
 from jetcrawl.sinks.api import ITEMS, RESULTS, SINK_API_VERSION, Record, SinkPlugin
 from jetcrawl.sinks.errors import SinkError, SinkRejected, SinkUnavailable
-from jetcrawl.sinks.pgschema import UPSERT_ITEM, UPSERT_RESULT, SchemaTooNew, migrate
+from jetcrawl.sinks.pgschema import SCHEMA, UPSERT_ITEM, UPSERT_RESULT, SchemaTooNew, migrate
 
 if TYPE_CHECKING:
     import asyncpg
@@ -81,6 +81,13 @@ class PostgresSink:
         except SchemaTooNew as e:
             raise SinkError(f"PostgreSQL at {server_of(self._dsn)}", str(e)) from None
         except Exception as e:
+            import asyncpg
+
+            if isinstance(e, asyncpg.InsufficientPrivilegeError):  # no CREATE on the database
+                raise SinkError(
+                    f"PostgreSQL at {server_of(self._dsn)}",
+                    f"cannot create or migrate schema {SCHEMA}: {_first_line(e)}",
+                ) from None
             raise await self._translated(e) from e
         if before != after:
             log.info(

@@ -14,6 +14,7 @@ that does not decode, or that the storage refuses for its content, becomes a dea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -103,9 +104,31 @@ class SinkService:
         # records handed to the sink and not yet durable, by (kind, stream sequence)
         self._held: dict[tuple[str, int], Msg] = {}
         self._writing = asyncio.Lock()  # one write at a time: the sink is not re-entrant
+        # the storage: open yet, and why it is away (None: it answers)
+        self._opened = False
+        self._paused_by: str | None = None
         # stopping
         self._stopping = asyncio.Event()
         self.stats = SinkStats()
+
+    @property
+    def held(self) -> int:
+        """Records handed to the sink and not yet durable."""
+        return len(self._held)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_by is not None
+
+    async def ready(self) -> str | None:
+        """A readiness check: None while connected, open and not paused, else why not."""
+        if self.nc is None or not self.nc.is_connected:
+            return "nats: not connected"
+        if not self._opened:
+            return f"sink: {self._sink.describe()} not open yet"
+        if self._paused_by is not None:
+            return f"sink paused: {self._paused_by}"
+        return None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -131,7 +154,8 @@ class SinkService:
                 await self._flush()
                 # What no write made durable goes back now, for another process of this sink.
                 for msg in self._held.values():
-                    await msg.nak()
+                    with contextlib.suppress(NatsError):  # then they come back after AckWait
+                        await msg.nak()
             finally:
                 for s in self._streams:
                     if s.psub is not None:
@@ -205,12 +229,15 @@ class SinkService:
             try:
                 await self._sink.open()
             except SinkUnavailable as e:
+                self._paused_by = str(e)
                 if attempt == 0:
                     log.warning("sink %s cannot start yet: %s; retrying", self._consumer, e)
                 attempt += 1
                 if await wait_set(self._stopping, self._retry_delay_s(attempt)):
                     return False
                 continue
+            self._opened = True
+            self._paused_by = None
             if attempt:
                 log.info("sink %s started after %d tries", self._consumer, attempt + 1)
             log.info("sink %s writing to %s", self._consumer, self._sink.describe())
@@ -242,7 +269,8 @@ class SinkService:
                 result = Result.from_wire(msg.data)
                 if self._job is not None and result.job != self._job:
                     self.stats.skipped += 1
-                    await msg.ack()
+                    with contextlib.suppress(NatsError):  # if lost, skipped again later
+                        await msg.ack()
                     return None
                 record = Record(RESULTS, seq, msg.data, result=result)
         except MessageError as e:
@@ -260,6 +288,7 @@ class SinkService:
             try:
                 durable = await self._sink.write(records)
             except SinkUnavailable as e:
+                self._paused_by = str(e)
                 if paused_at is None:
                     paused_at = time.monotonic()
                     self.stats.pauses += 1
@@ -278,6 +307,7 @@ class SinkService:
                     await self._dead(msg, "rejected", e.problem)
                     return []
                 return await self._one_by_one(records)
+            self._paused_by = None
             if paused_at is not None:
                 log.info(
                     "sink %s resumed after %.1f s", self._consumer, time.monotonic() - paused_at
@@ -294,14 +324,24 @@ class SinkService:
         return durable
 
     async def _ack(self, durable: Sequence[Record]) -> None:
+        lost = 0
         for record in durable:
             msg = self._held.pop((record.kind, record.seq), None)
             if msg is None:
                 continue  # acked before: the sink returned it twice
-            await msg.ack()
             self.stats.stored += 1
-        if durable and self.nc is not None:
-            await self.nc.flush()  # the server has the acks: a crash now doubles nothing
+            try:
+                await msg.ack()
+            except NatsError:  # the connection's buffer is full while it reconnects
+                lost += 1
+        if durable and self.nc is not None and not lost:
+            try:
+                await self.nc.flush()  # the server has the acks: a crash now doubles nothing
+            except (NatsError, TimeoutError):
+                lost = len(durable)
+        if lost:
+            # Stored already: their redelivery changes nothing (a sink stores twice alike).
+            log.warning("sink %s: %d acks may be lost (NATS reconnecting)", self._consumer, lost)
 
     async def _keep_alive(self) -> None:
         """In-progress acks for what the sink holds, so AckWait never redelivers it."""
@@ -329,7 +369,8 @@ class SinkService:
         except NatsError as e:  # not terminated: it comes back and is tried again
             log.warning("dead letter for %s seq %d not stored: %r", msg.subject, seq, e)
             return
-        await msg.term()
+        with contextlib.suppress(NatsError):  # if lost, the letter is made again: same id
+            await msg.term()
         self.stats.dead += 1
         log.warning("dead-lettered %s seq %d (%s): %s", msg.subject, seq, reason, detail)
 
