@@ -15,7 +15,7 @@ duplicate.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jetcrawl.contract.messages import Task
@@ -89,11 +89,13 @@ def decide(
     created: Mapping[str, Mark],
     *,
     recrawl: bool,
+    recrawl_jobs: Container[str] = (),
 ) -> Decision:
     """The tasks to publish. ``owned``: for a message that may have made marks before, the
     sequences they carry (None on a first delivery); ``created``: the marks this batch made;
-    ``c.known`` holds every other mark read. With ``recrawl``, a task carries its mark's
-    revision (``gen``), which tells one crawl of a URL from the next."""
+    ``c.known`` holds every other mark read. With ``recrawl`` (or for a job of
+    ``recrawl_jobs``: its spec re-crawls), a task carries its mark's revision (``gen``), which
+    tells one crawl of a URL from the next."""
     decision = Decision()
     published: set[str] = set()
     for i, task, key in c.pairs:
@@ -104,11 +106,13 @@ def decide(
         elif key in published:
             decision.duplicates += 1
         elif mark is not None and mark.origin == seqs[i]:
-            decision.tasks.append((i, _generation(task, mark.revision, recrawl)))
+            again = recrawl or task.lineage.job in recrawl_jobs
+            decision.tasks.append((i, _generation(task, mark.revision, again)))
             published.add(key)
             decision.admitted += 1
         elif own is not None and (known := c.known.get(key)) is not None and known.origin in own:
-            decision.tasks.append((i, _generation(task, known.revision, recrawl)))
+            again = recrawl or task.lineage.job in recrawl_jobs
+            decision.tasks.append((i, _generation(task, known.revision, again)))
             published.add(key)
             decision.republished += 1
         else:

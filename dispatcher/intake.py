@@ -10,11 +10,13 @@ a rejection with a reason.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from jetcrawl.contract.errors import MessageError, UrlError
+from jetcrawl.contract.errors import MessageError, SpecError, UrlError
+from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import (
     Discovered,
     DiscoveredPages,
@@ -65,6 +67,7 @@ class Reading:
     too_deep: int = 0
     traps: int = 0
     known: int = 0  # links the caller's ``known`` said were seen already
+    specs: list[JobSpec] = field(default_factory=list)  # carried inline by seeds: stored first
     unreadable: bool = False  # nothing in it could be read: terminate it after dead-lettering
 
 
@@ -98,6 +101,14 @@ class Intake:
                 fragment = item.fragment.encode() if item.fragment else data
                 reading.rejections.append(Rejection(SEED_STAGE, item.reason, item.detail, fragment))
                 continue
+            if item.spec is not None:
+                try:
+                    item = self._inline_spec(item, reading)
+                except SpecError as e:
+                    reading.rejections.append(
+                        Rejection(SEED_STAGE, "bad_spec", str(e), item.url.encode())
+                    )
+                    continue
             try:
                 reading.tasks.append(self._seed_task(item))
             except UrlError as e:
@@ -106,6 +117,19 @@ class Intake:
                 )
         reading.unreadable = not reading.tasks
         return reading
+
+    @staticmethod
+    def _inline_spec(seed: Seed, reading: Reading) -> Seed:
+        """The seed under the job its inline spec names; the spec is read strictly, its paths
+        prefixed ``spec.``."""
+        try:
+            spec = JobSpec.read(seed.spec)
+        except SpecError as e:
+            raise SpecError(f"spec.{e.path}" if e.path else "spec", e.problem) from e
+        if seed.job is not None and seed.job != spec.name:
+            raise SpecError("job", f"names job {seed.job!r}, its spec {spec.name!r}")
+        reading.specs.append(spec)
+        return dataclasses.replace(seed, job=spec.name, spec=None)
 
     def _seed_task(self, seed: Seed) -> Task:
         url = self._rules.canonicalize(seed.url)

@@ -41,14 +41,16 @@ class AdmissionQuota:
     def limited(self) -> bool:
         return self._limit > 0
 
-    async def reserve(self, job: str, wanted: int) -> int:
-        """Take up to ``wanted`` admissions for ``job``; returns how many were granted."""
-        if not self.limited:
+    async def reserve(self, job: str, wanted: int, limit: int | None = None) -> int:
+        """Take up to ``wanted`` admissions for ``job``; returns how many were granted.
+        ``limit``: the job's own (its spec's ``max_pages``) instead of the setting's."""
+        limit = self._limit if limit is None else limit
+        if limit <= 0:
             return wanted
-        return await self._change(job, lambda used: min(wanted, max(0, self._limit - used)))
+        return await self._change(job, lambda used: min(wanted, max(0, limit - used)))
 
     async def give_back(self, job: str, unused: int) -> None:
-        if self.limited and unused > 0:
+        if unused > 0:
             await self._change(job, lambda used: -min(unused, used))
 
     async def used(self, job: str) -> int:

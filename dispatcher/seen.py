@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nats.errors import Error as NatsError
@@ -79,16 +80,20 @@ class SeenSet:
         self.stats.cache_hits += 1
         return mark
 
-    async def create(self, marks: list[tuple[str, int]]) -> list[Mark | None]:
-        """Try to create each ``(fp, origin_seq)``: the new mark, or None where it existed."""
+    async def create(
+        self, marks: list[tuple[str, int]], ttls: Mapping[str, float] | None = None
+    ) -> list[Mark | None]:
+        """Try to create each ``(fp, origin_seq)``: the new mark, or None where it existed.
+        ``ttls``: a mark's own lifetime in seconds (its job spec's ``recrawl_after_s``)."""
         if not marks:
             return []
+        ttls = ttls or {}
         acks = await self._outbox.send(
             [
                 Outgoing(
                     f"{SEEN_SUBJECT_PREFIX}{fp}",
                     str(origin).encode(),
-                    {EXPECTED_LAST_SUBJECT_SEQ: "0", **self._ttl_header},
+                    {EXPECTED_LAST_SUBJECT_SEQ: "0", **self._ttl_header_of(ttls.get(fp))},
                 )
                 for fp, origin in marks
             ]
@@ -97,18 +102,18 @@ class SeenSet:
         for (fp, origin), ack in zip(marks, acks, strict=True):
             if not isinstance(ack, PublishFailed):
                 mark = Mark(origin, ack.seq)
-                self._remember(fp, mark)
+                self._remember(fp, mark, ttls.get(fp))
                 self.stats.created += 1
                 created.append(mark)
             elif isinstance(ack.cause, APIError) and ack.cause.err_code in WRONG_LAST_SEQUENCE:
-                self._remember(fp, self._cache.get(fp, (UNKNOWN, 0.0))[0])
+                self._remember(fp, self._cache.get(fp, (UNKNOWN, 0.0))[0], ttls.get(fp))
                 self.stats.known_remote += 1
                 created.append(None)
             else:
                 raise SeenSetUnavailable(f"crawl_seen create failed: {ack}") from ack
         return created
 
-    async def read(self, fp: str) -> Mark:
+    async def read(self, fp: str, ttl_s: float | None = None) -> Mark:
         """The stored mark of ``fp``, whose create the bucket has just rejected as existing
         (``UNKNOWN`` if its value is not an origin sequence).
 
@@ -128,12 +133,16 @@ class SeenSet:
             mark = Mark(int(msg.data or b"0"), msg.seq or 0)
         except ValueError:
             return UNKNOWN
-        self._remember(fp, mark)
+        self._remember(fp, mark, ttl_s)
         return mark
 
-    def _remember(self, fp: str, mark: Mark) -> None:
+    def _ttl_header_of(self, ttl_s: float | None) -> dict[str, str]:
+        return self._ttl_header if ttl_s is None else {TTL: str(max(1, round(ttl_s)))}
+
+    def _remember(self, fp: str, mark: Mark, ttl_s: float | None = None) -> None:
         # Without TTL a mark is forever; with one, trust it a little less long than it lives.
-        trusted_until = time.monotonic() + self._ttl_s * 0.9 if self._ttl_s > 0 else math.inf
+        ttl_s = self._ttl_s if ttl_s is None else ttl_s
+        trusted_until = time.monotonic() + ttl_s * 0.9 if ttl_s > 0 else math.inf
         self._cache[fp] = (mark, trusted_until)
         self._cache.move_to_end(fp)
         while len(self._cache) > self._cache_size:

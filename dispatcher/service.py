@@ -17,6 +17,11 @@ the old leader had delivered. Taken for a first delivery, such a message's links
 dropped as duplicates of the marks it had made itself, and their tasks never published. (Delivered
 so to another dispatcher, whose cache does not know those marks, the same can still happen.)
 
+Job specs: the dispatcher watches KV ``crawl_specs`` (:mod:`jetcrawl.plumbing.specs`), stores the
+specs seeds carry inline before it admits them, and drops the links a job's spec does not follow
+(:mod:`jetcrawl.dispatcher.jobrules`) before any seen mark is made; a spec's ``max_pages`` and
+``recrawl_after_s`` replace the settings' for its job.
+
 A message that runs out of deliveries becomes a dead letter (:mod:`jetcrawl.dispatcher.poison`);
 replayed, it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that
 carry any of them are published as on a redelivery.
@@ -36,7 +41,8 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.deadletters import origins_of
-from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
@@ -48,6 +54,7 @@ from jetcrawl.contract.topology import (
 from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.dispatcher.admission import Candidates, candidates, decide, unknown_origins
 from jetcrawl.dispatcher.intake import Intake, Reading
+from jetcrawl.dispatcher.jobrules import follow
 from jetcrawl.dispatcher.poison import PoisonCollector
 from jetcrawl.dispatcher.quota import AdmissionQuota
 from jetcrawl.dispatcher.seen import UNKNOWN, Mark, SeenSet, SeenSetUnavailable, SeenStats
@@ -57,6 +64,7 @@ from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
+from jetcrawl.plumbing.specs import SpecStore, SpecWatch
 from jetcrawl.plumbing.topology import ensure
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,7 @@ MAX_RETRY_DELAY_S = 30.0
 # Frontier messages begun and not finished, remembered by sequence (most recent kept): ~100 bytes
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
+SPEC_APPLIED_WITHIN_S = 10.0  # a seed's inline spec, stored, reaches this dispatcher's watch
 
 
 @dataclass(slots=True)
@@ -82,6 +91,7 @@ class DispatchStats:
     over_limit: int = 0  # new URLs not admitted because their job reached max_pages
     over_host_limit: int = 0  # ... because their host reached max_urls_per_host in the job
     traps: int = 0  # links dropped by the spider-trap guard (repeated path segments)
+    not_followed: int = 0  # links their job's spec does not follow (link rules, extensions)
 
 
 class Dispatcher:
@@ -101,6 +111,8 @@ class Dispatcher:
         self._host_quota: AdmissionQuota | None = None
         self._outbox: Outbox | None = None
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
+        self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
+        self._specs_store: SpecStore | None = None  # for the specs seeds carry inline
         # lifecycle
         self._stopping = asyncio.Event()
         self._cut = Cut()  # set with _stopping: a pull waiting for work returns at once
@@ -147,6 +159,8 @@ class Dispatcher:
         )
         self.poison = PoisonCollector(self._settings, self._js, self._outbox)
         await self.poison.start()
+        self.specs = SpecWatch(self._js)
+        self._specs_store = await SpecStore.open(self._js)
 
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
@@ -170,9 +184,11 @@ class Dispatcher:
 
     async def run(self) -> None:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
-        assert self.poison is not None, "start() first"
+        assert self.poison is not None and self.specs is not None, "start() first"
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.poison.run(self._stopping))
+            tg.create_task(self.specs.run(self._stopping))
+            await self.specs.wait_ready()  # no URL is admitted without its job's spec
             await self._pull_frontier()
 
     async def _pull_frontier(self) -> None:
@@ -217,6 +233,11 @@ class Dispatcher:
             for m, own in zip(msgs, owned, strict=True)
         ]
         try:
+            await self._store_specs(readings)
+            for reading in readings:
+                followed = follow(reading, self._spec)
+                self.stats.not_followed += followed.not_followed
+                self.stats.too_deep += followed.too_deep
             tasks = await self._admit(seqs, owned, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
@@ -319,13 +340,15 @@ class Dispatcher:
         seen = self._seen
         c = candidates(seqs, readings, seen.cached)
         granted_by_job: dict[str, int] = {}
-        if self._quota.limited:
-            for job, keys in c.by_job.items():
-                granted_by_job[job] = await self._quota.reserve(job, len(keys))
+        for job, keys in c.by_job.items():
+            limit = self._max_pages(job)
+            if limit > 0:
+                granted_by_job[job] = await self._quota.reserve(job, len(keys), limit)
                 c.drop(keys[granted_by_job[job] :])
                 self.stats.over_limit += len(keys) - granted_by_job[job]
         granted_by_host = await self._reserve_hosts(c)
-        made = await seen.create(list(c.to_create.items()))
+        ttls = self._recrawl_ttls(c)
+        made = await seen.create(list(c.to_create.items()), ttls)
         created: dict[str, Mark] = {}
         for key, mark in zip(c.to_create, made, strict=True):
             if mark is None:
@@ -335,8 +358,15 @@ class Dispatcher:
         await self._give_back(granted_by_job, granted_by_host, c, created)
         # On redelivery, a mark that carries this message's sequence may lack its task.
         for key in unknown_origins(c, owned):
-            c.known[key] = await seen.read(key)
-        decision = decide(c, seqs, owned, created, recrawl=self._settings.recrawl_after_s > 0)
+            c.known[key] = await seen.read(key, ttls.get(key))
+        decision = decide(
+            c,
+            seqs,
+            owned,
+            created,
+            recrawl=self._settings.recrawl_after_s > 0,
+            recrawl_jobs={t.lineage.job for _, t, _ in c.pairs if self._recrawl_s(t.lineage.job)},
+        )
         self.stats.admitted += decision.admitted
         self.stats.republished += decision.republished
         self.stats.duplicates += decision.duplicates + sum(r.known for r in readings)
@@ -379,6 +409,44 @@ class Dispatcher:
             c.drop(c.by_host[host][granted:])
             self.stats.over_host_limit += len(c.by_host[host]) - granted
         return dict(zip(hosts, grants, strict=True))
+
+    async def _store_specs(self, readings: list[Reading]) -> None:
+        """Store the specs seeds carry inline (a spec already stored is no new version), and
+        wait until the watch applies them, so they govern the seeds' own admission."""
+        assert self._specs_store is not None and self.specs is not None
+        for spec in (spec for reading in readings for spec in reading.specs):
+            try:
+                put = await self._specs_store.put(spec)
+                async with asyncio.timeout(SPEC_APPLIED_WITHIN_S):
+                    await self.specs.wait_version(spec.name, put.stored.version)
+            except (TimeoutError, NatsError, JetcrawlError) as e:
+                raise SeenSetUnavailable(f"job spec {spec.name} not stored: {e!r}") from e
+            if put.changed:
+                log.info("job %s: version %d from a seed", spec.name, put.stored.version)
+
+    def _spec(self, job: str) -> JobSpec | None:
+        stored = self.specs.current(job) if self.specs is not None else None
+        return stored.spec if stored is not None else None
+
+    def _recrawl_s(self, job: str) -> float | None:
+        spec = self._spec(job)
+        return spec.recrawl_after_s if spec is not None else None
+
+    def _recrawl_ttls(self, c: Candidates) -> dict[str, float]:
+        """The seen marks' own lifetimes: of the keys whose job spec says re-crawl."""
+        ttls = {}
+        for _, task, key in c.pairs:
+            recrawl_s = self._recrawl_s(task.lineage.job)
+            if recrawl_s:
+                ttls[key] = recrawl_s
+        return ttls
+
+    def _max_pages(self, job: str) -> int:
+        """The job's spec's max_pages, else the setting's (0: no limit)."""
+        spec = self._spec(job)
+        if spec is not None and spec.max_pages is not None:
+            return spec.max_pages
+        return self._settings.max_pages
 
     async def _notify(self) -> None:
         async with self._progress:

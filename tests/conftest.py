@@ -7,6 +7,7 @@ etcd_server   a started single-member EtcdServer
 site          a started MultiHostSite (tests/support/site.py) with a fixed seed
 example_plugin  the example plugin package installed in this venv (tests/support/exampleplugin.py)
 certs         a test CA with server and client certificates as PEM files (tests/support/certs.py)
+postgres      a started PostgreSQL server (tests/support/postgres.py), removed afterwards
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import jetcrawl.registry.etcd  # noqa: F401  first, as tests import aetcd: it co
 from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
 from tests.support.certs import Certs, make_certs
 from tests.support.exampleplugin import ensure_installed
+from tests.support.postgres import PostgresServer
 from tests.support.site import MultiHostSite
 
 SITE_SEED = 20240601
@@ -74,3 +76,13 @@ def example_plugin() -> None:
 @pytest.fixture
 def certs(tmp_path: Path) -> Certs:
     return make_certs(tmp_path / "certs")
+
+
+@pytest.fixture
+async def postgres(tmp_path: Path) -> AsyncIterator[PostgresServer]:
+    server = PostgresServer(tmp_path / "postgres.log")
+    try:
+        async with server:
+            yield server
+    finally:
+        server.remove()

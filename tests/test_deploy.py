@@ -47,15 +47,19 @@ from opentelemetry.sdk import environment_variables as otel_variables
 from jetcrawl.cli import build_parser
 from jetcrawl.cli.commands import apply_topology as cli_apply_topology
 from jetcrawl.contract.errors import TopologyError
+from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.contract.topology import (
     BODIES_STREAM,
     FRONTIER_STREAM,
+    ITEMS_STREAM,
     RESULTS_STREAM,
     SEEDS,
+    SPECS_BUCKET,
     TASKS_STREAM,
     Topology,
+    item_subject,
     result_subject,
     task_subject,
 )
@@ -72,8 +76,10 @@ from jetcrawl.local.embedded import (
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import inbox_prefix
+from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
+from jetcrawl.worker import Worker
 from tests.support import tools
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
@@ -84,11 +90,12 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NATS_CONFIG_DIR = ROOT / "nats"
-USERS = ("admin", "seeder", "dispatcher", "worker")
+USERS = ("admin", "seeder", "dispatcher", "worker", "sink")
 PASSWORD_VARIABLES = tuple(f"NATS_{user.upper()}_PASSWORD" for user in USERS)
 NATS_TLS_VARIABLES = ("NATS_TLS_CERT_FILE", "NATS_TLS_KEY_FILE")  # nats/common.conf's tls block
 CERTS_MOUNT = "/certs/"  # where compose mounts deploy/certs/dev
 MAKE_DEV_CERTS = ROOT / "deploy" / "certs" / "make-dev-certs.sh"
+DATABASE_PASSWORD = "POSTGRES_PASSWORD"  # compose's PostgreSQL, and the sink's DSN
 JETCRAWL_IMAGE = "jetcrawl:local"
 JETCRAWL = (sys.executable, "-m", "jetcrawl")  # the image's entrypoint, `jetcrawl`
 
@@ -365,7 +372,9 @@ def test_passwords_come_from_the_environment_with_marked_local_defaults() -> Non
     assert set(nats_env) == {*PASSWORD_VARIABLES, *NATS_TLS_VARIABLES}
     text = (ROOT / "compose.yaml").read_text()
     for variable in re.findall(r"\$\{(\w+)", text):
-        assert variable in PASSWORD_VARIABLES, f"only passwords are interpolated: {variable}"
+        assert variable in (*PASSWORD_VARIABLES, DATABASE_PASSWORD), (
+            f"only passwords are interpolated: {variable}"
+        )
     for default in re.findall(r"\$\{\w+:-([^}]*)\}", text):
         assert default.startswith("local-dev-only-"), default
     mine = {v: f"p{secrets.token_hex(4)}" for v in PASSWORD_VARIABLES}
@@ -782,6 +791,67 @@ async def test_the_dispatchers_rights_cover_its_recovery_paths(
     assert_no_violations(server)
 
 
+async def test_services_read_job_specs_and_only_a_worker_publishes_items(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    """Both services watch KV crawl_specs; the worker, which parses hostile pages, may not
+    write a spec; the dispatcher stores a spec a seed carries inline. The worker publishes
+    items, the dispatcher may not."""
+    async with compose_nats(tmp_path / "nats") as server:
+        base = Settings(nats_url=server.url, shards=4, create_topology=False)
+        await apply_topology(server, base)
+        admin = await connect_as(server, "admin")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker", errors)
+        dispatcher_nc = await connect_as(server, "dispatcher", errors)
+        try:
+            store = await SpecStore.open(admin.jetstream())
+            await store.put(JobSpec.read({"name": "shop", "max_depth": 2}))
+
+            def as_user(user: str) -> Settings:
+                password = Secret(passwords[f"NATS_{user.upper()}_PASSWORD"])
+                return base.replace(nats_user=user, nats_password=password)
+
+            async with (
+                Dispatcher(as_user("dispatcher")) as dispatcher,
+                Worker(as_user("worker"), "w1") as crawler,
+                asyncio.TaskGroup() as tg,
+            ):
+                tg.create_task(dispatcher.run())
+                tg.create_task(crawler.run())
+                try:
+                    async with asyncio.timeout(10):
+                        await crawler.wait_running()
+                        assert dispatcher.specs is not None and crawler.specs is not None
+                        await dispatcher.specs.wait_version("shop", 1)
+                        await crawler.specs.wait_version("shop", 1)
+                    await store.put(JobSpec.read({"name": "shop", "max_depth": 3}))
+                    async with asyncio.timeout(10):  # a change reaches both watches
+                        await dispatcher.specs.wait_version("shop", 2)
+                        await crawler.specs.wait_version("shop", 2)
+                    inline = {"name": "shop", "max_depth": 4}
+                    seed = {"url": "https://shop.example/", "spec": inline}
+                    await admin.jetstream().publish(SEEDS, json.dumps(seed).encode())
+                    async with asyncio.timeout(10):  # stored by the dispatcher
+                        await crawler.specs.wait_version("shop", 3)
+                finally:
+                    crawler.stop()
+                    dispatcher.stop()
+            assert_no_violations(server)
+
+            await worker.jetstream().publish(item_subject("shop"), b'{"v": 1}')  # allowed
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).publish(f"$KV.{SPECS_BUCKET}.shop", b"x")
+            await refused(errors, f'publish to "$KV.{SPECS_BUCKET}.shop"')
+            await dispatcher_nc.publish(item_subject("shop"), b'{"v": 1}')
+            await refused(errors, f'publish to "{item_subject("shop")}"')
+            assert (await admin.jetstream().stream_info(ITEMS_STREAM)).state.messages == 1
+            assert (await store.get("shop")).version == 3, "the worker wrote no spec"
+        finally:
+            for client in (worker, dispatcher_nc, admin):
+                await client.close()
+
+
 # ---------------------------------------------------------------- running it: the whole mesh
 
 
@@ -808,7 +878,10 @@ class ComposeMesh:
         for key, value in env.items():
             for compose_host, local in self._hosts.items():
                 value = value.replace(f"//{compose_host}", f"//{local}")
-            assert not re.search(r"//(nats|etcd|jaeger)[:/]", value), f"unmapped: {value}"
+                value = value.replace(f"@{compose_host}", f"@{local}")  # a DSN with a password
+            assert not re.search(r"(//|@)(nats|etcd|jaeger|postgres)[:/]", value), (
+                f"unmapped: {value}"
+            )
             env[key] = localized(value, self._certs)
         return {**env, **TEST_ONLY}
 

@@ -16,6 +16,18 @@ EXPORTS: dict[str, list[str]] = {
     "jetcrawl.dispatcher": ["DispatchStats", "Dispatcher", "Intake", "Reading", "Rejection"],
     "jetcrawl.worker": ["CrawlStats", "Ownership", "TaskProcessor", "Worker"],
     "jetcrawl.worker.renderer": ["RenderStats", "RendererService"],
+    # The sink plugin interface, version 1 (jetcrawl/sinks/api.py): what a third party uses.
+    "jetcrawl.sinks": [
+        "ITEMS",
+        "RESULTS",
+        "SINK_API_VERSION",
+        "Record",
+        "Sink",
+        "SinkError",
+        "SinkPlugin",
+        "SinkRejected",
+        "SinkUnavailable",
+    ],
     "jetcrawl.otel": [
         "DISPATCHER_SERVICE",
         "NO_TRACING",

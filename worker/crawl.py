@@ -2,7 +2,8 @@
 
 Each step returns what the next one needs or the task's outcome (:mod:`jetcrawl.worker.outcome`),
 and ``_carry_out`` does an outcome's I/O. The task is acked only after JetStream has acknowledged
-its result and its discovered links, so a crash anywhere before that redelivers it; both
+its result, its discovered links and what its job made of the page (items, dead letters:
+:mod:`jetcrawl.worker.pageout`), so a crash anywhere before that redelivers it; both
 publishes carry ``Nats-Msg-Id`` so the redelivery adds no second record. A task waits for its
 host's turn (:mod:`jetcrawl.worker.politeness`) holding no fetch slot; a task handed back while
 waiting is not an attempt. Failures worth retrying are handed back with ``nak(delay)``
@@ -26,11 +27,17 @@ from dataclasses import dataclass
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from jetcrawl.contract.deadletters import REPLAY_HEADER, STAGE_FETCH, STAGE_TASK, DeadLetter
+from jetcrawl.contract.deadletters import (
+    REPLAY_HEADER,
+    STAGE_EXTRACT,
+    STAGE_FETCH,
+    STAGE_TASK,
+    DeadLetter,
+)
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import Discovered, Failure, Result, Task, WaitingOn
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import result_subject
+from jetcrawl.contract.topology import ITEMS_PREFIX, dead_subject, result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
 from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
@@ -39,6 +46,7 @@ from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
 from jetcrawl.worker.fetcher import Fetched, Fetcher
+from jetcrawl.worker.jobs import CompiledJob, Jobs
 from jetcrawl.worker.outcome import (
     AGAIN_AT_ONCE,
     AGAIN_HANDED_BACK,
@@ -48,6 +56,7 @@ from jetcrawl.worker.outcome import (
     Done,
     Ownership,
 )
+from jetcrawl.worker.pageout import job_output
 from jetcrawl.worker.pages import Got, PageFetcher
 from jetcrawl.worker.parse import Page, extract
 from jetcrawl.worker.politeness import Deferred, Politeness, Turn
@@ -79,6 +88,7 @@ HTTP_STATUS = "http_status"  # the failure kind of a response whose status is wo
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
 Outcome = Done | Again
+EXTRACT_DEAD_SUBJECT = dead_subject(STAGE_EXTRACT)
 
 
 @dataclass(slots=True)
@@ -100,6 +110,8 @@ class CrawlStats:
     copies_acked: int = 0  # deliveries of a task whose result was stored here: acked, not fetched
     blocked: int = 0  # soft blocks recorded (bot walls, CAPTCHAs, login walls)
     rendered: int = 0  # pages whose links came from a browser's DOM
+    items: int = 0  # items of stored pages (crawl.items.<job>)
+    extract_failures: int = 0  # a job's extraction or plugin failed on a page: dead letters
 
 
 class TaskProcessor:
@@ -115,10 +127,12 @@ class TaskProcessor:
         bodies: BodyStore | None = None,
         validators: Validators | None = None,
         pages: PageFetcher | None = None,
+        jobs: Jobs | None = None,
     ) -> None:
         self._settings = settings
         # the fetch under each job's policy: User-Agent, proxies, soft blocks, rendering
         self._pages = pages or PageFetcher(settings, fetcher, None)
+        self._jobs = jobs  # job specs compiled (None: every job crawls as the default one)
         self._bodies = bodies  # kept only with store_bodies
         self._validators = validators  # used only for re-crawls (tasks with a generation)
         self._telemetry = telemetry  # spans and metrics (worker/telemetry.py)
@@ -129,6 +143,9 @@ class TaskProcessor:
         self._politeness = politeness
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
+        # the spec version each job's pages were last processed under: a new one may follow
+        # links the dispatcher refused before, so what was sent is forgotten
+        self._spec_versions: dict[str, int] = {}
         self.stats = CrawlStats()
         self.unpublished = Unpublished()  # results held until stored, and their redeliveries
         # Whether the lease is still ours by its local deadline (the registry's holds_lease),
@@ -310,10 +327,49 @@ class TaskProcessor:
                 )
         self.stats.fetched += 1
         digest, ref = await self._keep_body(a.task, fetched) if fetched.body else (None, None)
+        job = self._jobs.of(a.task.lineage.job) if self._jobs is not None else None
         result = self._result(a, "fetched", fetched, page, digest=digest, body_ref=ref)
         if got.rendered:
             result = dataclasses.replace(result, rendered=True)
-        return Done(result, self._discovered(a.task, fetched, page))
+        if job is None:
+            return Done(result, self._discovered(a.task, fetched, page))
+        if self._spec_versions.setdefault(a.task.lineage.job, job.version) != job.version:
+            self._spec_versions[a.task.lineage.job] = job.version
+            self._sent = SentLinks(self._settings.link_memory, self._settings.recrawl_after_s)
+        # extraction reads what the links were read from: the rendered DOM, when there is one
+        read = (
+            fetched
+            if got.dom is None
+            else dataclasses.replace(fetched, body=got.dom, charset="utf-8")
+        )
+        outputs, page = self._job_step(a, read, page, job)
+        return Done(result, self._discovered(a.task, fetched, page), outputs=outputs)
+
+    def _job_step(
+        self, a: Attempt, fetched: Fetched, page: Page | None, job: CompiledJob
+    ) -> tuple[tuple[Outgoing, ...], Page | None]:
+        """The job's items, failures and other jobs' links to publish, and the page with the
+        links its plugins add; a page of a type the job does not process gives no links."""
+        if not job.spec.processes(fetched.content_type):
+            return (), None
+        if page is None or not fetched.body:
+            return (), page
+        out = job_output(
+            job,
+            a.msg,
+            a.task,
+            fetched,
+            self._crawl_id(a.msg, a.task),
+            self._links.rules,
+            trace_id=self._telemetry.trace_id(),
+            dead_max_bytes=self._settings.dead_original_max_bytes,
+        )
+        if out.failures:
+            log.warning("job %s: %d failures on %s", a.task.lineage.job, out.failures, a.task.url)
+        added = [link for link in out.links if link != a.task.url]
+        if added:
+            page = dataclasses.replace(page, links=tuple(dict.fromkeys((*page.links, *added))))
+        return tuple(out.outputs), page
 
     def _blocked(self, a: Attempt, got: Got) -> Outcome:
         """A soft block is no page: recorded as ``blocked``, or retried later (``on_block:
@@ -366,7 +422,9 @@ class TaskProcessor:
     async def _carry_out(self, a: Attempt, outcome: Outcome) -> None:
         """The outcome's I/O: store the records and ack, or hand the task back."""
         if isinstance(outcome, Done):
-            await self._finish(a.msg, a.task, outcome.result, outcome.links, outcome.letter)
+            await self._finish(
+                a.msg, a.task, outcome.result, outcome.links, outcome.letter, outcome.outputs
+            )
             return
         if outcome.kind == AGAIN_AT_ONCE:
             await self._outbox.nak(a.msg)
@@ -437,7 +495,12 @@ class TaskProcessor:
         return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
 
     def _unsent(self, found: Discovered) -> Discovered | None:
-        """``found`` without the links this worker has sent already (None if none is left)."""
+        """``found`` without the links this worker has sent already (None if none is left).
+        A job whose spec re-crawls sends them all: its seen marks expire on the spec's clock,
+        which the memory does not keep."""
+        job = self._jobs.of(found.lineage.job) if self._jobs is not None else None
+        if job is not None and job.spec.recrawl_after_s:
+            return found
         links = self._sent.unsent(found.lineage, found.depth, found.links)
         if len(links) == len(found.links):
             return found
@@ -481,7 +544,13 @@ class TaskProcessor:
             trace_id=self._telemetry.trace_id(),
             payload_digest=digest,
             body_ref=body_ref,
+            spec_version=self._spec_version(task.lineage.job),
         )
+
+    def _spec_version(self, job: str) -> int:
+        """The version of the job's spec a record is made under (0: the job has none)."""
+        compiled = self._jobs.of(job) if self._jobs is not None else None
+        return compiled.version if compiled is not None else 0
 
     # ------------------------------------------------------------------ publishing and acking
 
@@ -492,15 +561,14 @@ class TaskProcessor:
         result: Result,
         links: Discovered | None,
         letter: DeadLetter | None = None,
+        outputs: tuple[Outgoing, ...] = (),
     ) -> None:
-        crawl_id = task.crawl_id
-        replay = (msg.headers or {}).get(REPLAY_HEADER)
-        if replay:  # a replayed dead letter: its records must not be dropped as duplicates
-            crawl_id = f"{crawl_id}-replay-{replay}"
+        crawl_id = self._crawl_id(msg, task)
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if letter is not None:
             outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
         seq = msg.metadata.sequence.stream
+        outgoing.extend(outputs)
         failed = await self._publish(outgoing, links, crawl_id, hold=True)
         if failed is not None:
             log.warning(
@@ -517,6 +585,18 @@ class TaskProcessor:
             self._sent.sent(links.lineage, links.depth, links.links)
         if letter is not None:
             self.stats.dead_letters += 1
+        if outputs:
+            extract_letters = sum(1 for o in outputs if o.subject == EXTRACT_DEAD_SUBJECT)
+            self.stats.items += sum(1 for o in outputs if o.subject.startswith(ITEMS_PREFIX))
+            self.stats.extract_failures += extract_letters
+            self.stats.dead_letters += extract_letters
+
+    @staticmethod
+    def _crawl_id(msg: Msg, task: Task) -> str:
+        """The identity of this crawl's records; a replayed dead letter's differ from the
+        first crawl's, which would otherwise drop them as duplicates."""
+        replay = (msg.headers or {}).get(REPLAY_HEADER)
+        return f"{task.crawl_id}-replay-{replay}" if replay else task.crawl_id
 
     async def _publish(
         self,

@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 
 from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.messages import Discovered, Result, Task
+from jetcrawl.plumbing.bus import Outgoing
 
 __all__ = ["AGAIN_AT_ONCE", "AGAIN_HANDED_BACK", "AGAIN_RETRY", "Again", "Attempt", "Done"]
 
@@ -50,6 +51,8 @@ class Done:
     result: Result
     links: Discovered | None = None
     letter: DeadLetter | None = None  # with a failure whose budget ran out: kept for replay
+    # the page's items, its job's dead letters and links to other jobs: stored before the ack
+    outputs: tuple[Outgoing, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

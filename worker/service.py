@@ -35,10 +35,12 @@ from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.metrics import WorkerMetrics
+from jetcrawl.plumbing.specs import SpecWatch
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
+from jetcrawl.worker.jobs import Jobs
 from jetcrawl.worker.keepalive import KeepAlive
 from jetcrawl.worker.outcome import Ownership
 from jetcrawl.worker.pages import PageFetcher
@@ -77,6 +79,8 @@ class Worker:
         self._js: JetStreamContext | None = None
         self._processor: TaskProcessor | None = None
         self._reporter: Reporter | None = None  # with report_interval_s
+        self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
+        self._jobs: Jobs | None = None  # the specs compiled: extraction, plugins
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
@@ -106,6 +110,8 @@ class Worker:
         await ensure(self._js, self._settings)
         fetcher = await self._resources.enter_async_context(Fetcher(self._settings))
         robots = Robots(self._settings, fetcher)
+        self.specs = SpecWatch(self._js)
+        self._jobs = Jobs(self.specs.current)
         self._processor = TaskProcessor(
             self._settings,
             self.worker_id,
@@ -125,11 +131,9 @@ class Worker:
                 fetcher,
                 RenderClient(self._nc, self._settings.render_timeout_s),
             ),
-            validators=(
-                Validators(await self._js.key_value(VALIDATORS_BUCKET))
-                if self._settings.recrawl_after_s > 0
-                else None
-            ),
+            # re-crawls come with recrawl_after_s, or with a job spec's own
+            validators=Validators(await self._js.key_value(VALIDATORS_BUCKET)),
+            jobs=self._jobs,
         )
         if self._settings.report_interval_s > 0:
             self._reporter = Reporter(
@@ -145,6 +149,10 @@ class Worker:
             self._tg = tg
             keepalive = tg.create_task(self._keepalive.run())
             reporting = tg.create_task(self._reporter.run()) if self._reporter else None
+            assert self.specs is not None and self._jobs is not None, "start() first"
+            tg.create_task(self.specs.run(self._stopping))
+            await self.specs.wait_ready()  # no task is crawled without its job's spec
+            self._jobs.compile_all(self.specs.jobs())  # plugins refused now, not at a page
             self._running.set()
             await self._stopping.wait()
             for puller, _ in self._pullers.values():

@@ -8,6 +8,8 @@ jetcrawl topology    print the JetStream definitions for the nats CLI, or apply 
 jetcrawl status      the mesh now: workers, shard owners, backlogs, hand-backs, results, rates
 jetcrawl results     export results as JSON lines or WARC
 jetcrawl dlq         list or replay dead letters
+jetcrawl job         put, get, list and diff job specs
+jetcrawl sink        store items and results: PostgreSQL, files, or a plugin's sink
 
 bootstrap.py  main(): logging, the chosen subcommand, errors as exit statuses
 parser.py     the flags of every subcommand

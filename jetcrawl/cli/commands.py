@@ -24,7 +24,7 @@ from jetcrawl.cli.runtime import (
     run_async,
     tune_gc,
 )
-from jetcrawl.cli.services import run_dispatcher, run_renderer, run_worker
+from jetcrawl.cli.services import run_dispatcher, run_renderer, run_sink, run_worker
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
@@ -228,8 +228,28 @@ def _shards_chosen(args: argparse.Namespace) -> bool:
     return args.shards is not None or f"{ENV_PREFIX}SHARDS" in os.environ
 
 
+def cmd_sink(args: argparse.Namespace) -> int:
+    from jetcrawl.contract.messages import JOB_RE
+    from jetcrawl.sinks.plugins import Unusable
+
+    plugin = args.sink_plugin
+    if isinstance(plugin, Unusable):
+        raise UsageError(f"sink {plugin.name} ({plugin.target})", plugin.problem)
+    if args.job is not None and not JOB_RE.match(args.job):
+        raise UsageError(f"--job {args.job!r}", f"a job name matches {JOB_RE.pattern}")
+    settings = settings_from(args)
+    sink = plugin.create(args, settings)
+    run_async(
+        lambda: run_sink(settings, sink, plugin.kinds, args.sink_name, args.job, args.consumer)
+    )
+    return 0
+
+
 async def _results(settings: Settings, args: argparse.Namespace) -> int:
     from jetcrawl.ops.results import Query, export_results, parse_since
+
+    if args.items:
+        return await _items(settings, args)
 
     query = Query(
         job=args.job,
@@ -243,12 +263,44 @@ async def _results(settings: Settings, args: argparse.Namespace) -> int:
     return 130 if stop.is_set() and not args.follow else 0
 
 
+async def _items(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.items import export_items
+
+    if args.since or args.follow:
+        raise UsageError("--items", "exports every stored item: no --since or --follow")
+    stop = asyncio.Event()
+    on_signals(stop.set, grace_s=STOP_GRACE_S)
+    written, read = await export_items(settings, args.job, args.output, args.format, stop)
+    print(f"{written} items written ({read} messages read)", file=sys.stderr)
+    return 130 if stop.is_set() else 0
+
+
 async def _dlq(settings: Settings, args: argparse.Namespace) -> int:
     from jetcrawl.ops.dlq import run_command
 
     return await _until_signalled(
         run_command(
             settings, args.dlq_action, args.stage, args.reason, getattr(args, "json", False)
+        )
+    )
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    return int(run_async(lambda: _job(settings, args)))
+
+
+async def _job(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.jobs import run_command
+
+    return await _until_signalled(
+        run_command(
+            settings,
+            args.job_action,
+            file=getattr(args, "file", None),
+            name=getattr(args, "name", None),
+            version=getattr(args, "version", None),
+            versions=getattr(args, "versions", None),
         )
     )
 

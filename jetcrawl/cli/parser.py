@@ -143,7 +143,48 @@ def build_parser() -> argparse.ArgumentParser:
     _set_flag(p)
     _results_parser(sub)
     _dlq_parser(sub)
+    _job_parser(sub)
+    _sink_parser(sub)
     return parser
+
+
+def _job_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("job", help="put, get, list or diff job specs (KV crawl_specs)")
+    p.set_defaults(func=commands.cmd_job)
+    actions = p.add_subparsers(dest="job_action", required=True, metavar="ACTION")
+    put = actions.add_parser("put", help="check a JSON or YAML spec and store its next version")
+    put.add_argument("file", type=Path, metavar="FILE")
+    get = actions.add_parser("get", help="print a job's spec (YAML)")
+    get.add_argument("name", metavar="NAME")
+    get.add_argument("--version", type=positive, help="this version (default: the latest)")
+    actions.add_parser("list", help="every job with its latest version")
+    diff = actions.add_parser("diff", help="unified diff of two versions (default: the last two)")
+    diff.add_argument("name", metavar="NAME")
+    diff.add_argument("versions", nargs="*", type=positive, metavar="VERSION", help="A B")
+    for a in (put, get, actions.choices["list"], diff):
+        a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
+        _timeout_flag(a)
+
+
+def _sink_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from jetcrawl.sinks.plugins import find_sinks
+
+    p = sub.add_parser("sink", help="store items and results: postgres, files, or a plugin's")
+    sinks = p.add_subparsers(dest="sink_name", required=True, metavar="SINK")
+    for name, plugin in sorted(find_sinks().items()):
+        summary = getattr(plugin, "summary", f"unusable: {getattr(plugin, 'problem', '')}")
+        s = sinks.add_parser(name, help=summary)
+        s.set_defaults(func=commands.cmd_sink, sink_plugin=plugin)
+        _connection_flags(s)
+        s.add_argument("--job", help="only this job's items and results (default: every job)")
+        s.add_argument(
+            "--consumer", help="the durable consumer's name (default: sink-<SINK>-<job or all>)"
+        )
+        _metrics_flag(s)
+        _set_flag(s)
+        add_arguments = getattr(plugin, "add_arguments", None)
+        if add_arguments is not None:
+            add_arguments(s)
 
 
 def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -162,13 +203,20 @@ def _dlq_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _results_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("results", help="export results as JSON lines or WARC")
+    p = sub.add_parser("results", help="export results (JSON lines, WARC) or items")
     p.set_defaults(func=commands.cmd_results)
     _connection_flags(p)
     p.add_argument("--job", help="only this job's results")
+    p.add_argument(
+        "--items",
+        action="store_true",
+        help="export the items (CRAWL_ITEMS) instead, the latest of each key: jsonl, csv, parquet",
+    )
     p.add_argument("--since", help="from this time on: ISO 8601, or a duration back (15m, 2h)")
     p.add_argument("--follow", action="store_true", help="keep writing results as they arrive")
-    p.add_argument("--format", choices=["jsonl", "warc"], help="default: from the file name")
+    p.add_argument(
+        "--format", choices=["jsonl", "warc", "csv", "parquet"], help="default: from the file name"
+    )
     p.add_argument("-o", "--output", type=Path, help="write here (default: standard output)")
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from jetcrawl.plumbing.health import Readiness
+    from jetcrawl.sinks.api import Sink
 
 log = logging.getLogger("jetcrawl")
 
@@ -119,6 +120,33 @@ async def run_renderer(settings: Settings) -> None:
         log.info("renderer %s stopped: %s", name, renderer.stats)
     finally:
         await asyncio.to_thread(tracing.shutdown)
+
+
+async def run_sink(
+    settings: Settings,
+    sink: Sink,
+    kinds: frozenset[str],
+    name: str,
+    job: str | None,
+    consumer: str | None,
+) -> None:
+    from jetcrawl.plumbing.health import Readiness
+    from jetcrawl.sinks.metrics import SINK_SERVICE, SinkMetrics
+    from jetcrawl.sinks.service import SinkService, consumer_name
+
+    tune_gc()
+    consumer = consumer or consumer_name(name, job)
+    set_service("sink", consumer)
+    service = SinkService(settings, sink, kinds, consumer, job)
+    metrics = SinkMetrics(SINK_SERVICE, __version__, consumer) if settings.metrics_port else None
+    readiness = Readiness()
+    async with _endpoint(settings, metrics.registry if metrics else None, readiness):
+        if metrics is not None:
+            metrics.bind(service)
+        readiness.add("sink", service.ready)
+        on_signals(service.stop)
+        await service.run()
+    log.info("sink %s stopped: %s", consumer, service.stats)
 
 
 def _endpoint(

@@ -5,6 +5,7 @@ settings.py   the one frozen ``Settings`` object, from flags and ``JETCRAWL_*`` 
 messages.py   wire shapes and their frozen dataclasses (seeds, tasks, results, dead letters)
 topology.py   streams, consumers and buckets as code; subjects (declared: plumbing applies them)
 urls.py       canonical URLs, scope, the shard function and the URL fingerprint
+jobs.py       job specs: link rules, filters, limits, extraction and plugins; read strictly
 """
 
 PROTOCOL_VERSION = 1  # the mesh's protocol: in the tasks stream's metadata and worker records

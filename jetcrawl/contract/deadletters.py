@@ -1,8 +1,9 @@
 """Dead letters on the wire: the record, the stages of ``crawl.dead.<stage>``, the replay headers.
 
 Stages: ``seeds``, ``discovered`` and ``frontier`` for frontier input the dispatcher could not
-read or admit; ``task`` (unreadable), ``fetch`` (retries ran out) and ``poison`` (JetStream gave
-up after MaxDeliver) for tasks. ``jetcrawl dlq replay`` (:mod:`jetcrawl.ops.dlq`) sends a
+read or admit; ``task`` (unreadable), ``fetch`` (retries ran out), ``poison`` (JetStream gave
+up after MaxDeliver) and ``extract`` (a job's extraction or plugin failed on the page) for
+tasks. ``jetcrawl dlq replay`` (:mod:`jetcrawl.ops.dlq`) sends a
 letter's original back with ``REPLAY_HEADER``, and a frontier message with ``ORIGIN_HEADER``:
 the services read both.
 """
@@ -21,6 +22,7 @@ from jetcrawl.contract.wire import WIRE_VERSION, json_object, sequences, typed
 __all__ = [
     "ORIGIN_HEADER",
     "REPLAY_HEADER",
+    "STAGE_EXTRACT",
     "STAGE_FETCH",
     "STAGE_POISON",
     "STAGE_TASK",
@@ -34,7 +36,8 @@ ORIGIN_HEADER = "Jetcrawl-Origin"  # a replayed frontier message's earlier seque
 STAGE_TASK = "task"
 STAGE_FETCH = "fetch"
 STAGE_POISON = "poison"
-TASK_STAGES = frozenset({STAGE_TASK, STAGE_FETCH, STAGE_POISON})
+STAGE_EXTRACT = "extract"
+TASK_STAGES = frozenset({STAGE_TASK, STAGE_FETCH, STAGE_POISON, STAGE_EXTRACT})
 
 
 @dataclass(frozen=True, slots=True)

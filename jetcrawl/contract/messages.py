@@ -1,8 +1,8 @@
 """Message shapes: the wire (JSON via orjson, with ``"v"``) and frozen dataclasses in code.
 
 Seeds are the one exception to "internal JSON": they are whatever ``nats pub crawl.seeds ...``
-sends — one URL, URLs one per line, a JSON object ``{"url", "max_depth", "scope", "job"}`` or a
-JSON list of objects (or URL strings). :func:`decode_seeds` splits a body into valid seeds and
+sends — one URL, URLs one per line, a JSON object ``{"url", "max_depth", "scope", "job", "spec"}``
+or a JSON list of objects (or URL strings). :func:`decode_seeds` splits a body into valid seeds and
 per-item rejects, so one bad line never costs the good ones.
 
 Internal messages are strict about types and about the major version, lenient about unknown fields.
@@ -28,7 +28,7 @@ from jetcrawl.contract.wire import typed as _field
 
 DEFAULT_JOB = "default"
 JOB_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job"})
+SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job", "spec"})
 
 
 # ---------------------------------------------------------------- helpers
@@ -66,6 +66,7 @@ class Seed:
     max_depth: int | None = None
     scope: str | None = None
     job: str | None = None
+    spec: Mapping[str, Any] | None = None  # a job spec carried inline (read by the dispatcher)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,7 @@ def _seed_from_json(item: Any) -> Seed | SeedReject:
             max_depth=_depth(item, "max_depth", optional=True),
             scope=_scope(item, optional=True),
             job=_job(item, optional=True),
+            spec=_field(item, "spec", dict, optional=True),
         )
     except MessageError as e:
         return SeedReject(e.reason, e.detail, fragment)
@@ -377,6 +379,7 @@ class Result:
     trace_id: str | None = None  # the W3C trace id of the task's processing
     error: Failure | None = None
     rendered: bool = False
+    spec_version: int = 0  # the job spec's version the page was processed under (0: none)
 
     def to_obj(self) -> dict[str, Any]:
         return {
@@ -412,6 +415,7 @@ class Result:
                 else {"kind": self.error.kind, "message": self.error.message}
             ),
             "rendered": self.rendered,
+            "spec_version": self.spec_version,
         }
 
     def to_wire(self) -> bytes:
@@ -459,6 +463,7 @@ class Result:
                 else Failure(_field(error_obj, "kind", str), _field(error_obj, "message", str))
             ),
             rendered=bool(_field(obj, "rendered", bool, optional=True)),
+            spec_version=_field(obj, "spec_version", int, optional=True) or 0,
         )
 
 

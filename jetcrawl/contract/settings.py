@@ -193,6 +193,19 @@ class Settings:
     render_max_dom_bytes: int = 2 * 1024 * 1024
     chromium_path: str = "/usr/bin/chromium"
 
+    # --- sinks (jetcrawl sink NAME: jetcrawl/sinks/)
+    sink_dsn: Secret = NO_SECRET  # the postgres sink's database, if no --dsn; password masked
+    sink_batch: int = 500  # records per write at most
+    sink_idle_s: float = 1.0  # a pull waits this long; then the sink may close what it holds
+    sink_max_pending: int = 20_000  # unacked records per sink consumer (held in a file, say)
+    sink_retry_first_s: float = 0.5  # a paused sink's first retry; doubles per try
+    sink_retry_max_s: float = 15.0  # a paused sink tries at least this often
+    sink_db_timeout_s: float = 10.0  # a database connect or statement gives up after this
+    # The file sink closes a file at this many records, bytes or seconds, whichever comes first.
+    sink_file_max_records: int = 10_000
+    sink_file_max_bytes: int = 64 * 1024 * 1024
+    sink_file_max_age_s: float = 60.0
+
     # --- observability
     # Log lines: "text", or "json" (one object a line, with the trace and span ids of the
     # current span: jetcrawl/plumbing/logs.py).
@@ -255,6 +268,8 @@ class Settings:
             "topology_wait_s",
             "report_interval_s",
             "retry_budget_s",
+            "sink_retry_first_s",
+            "sink_retry_max_s",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")
@@ -271,6 +286,17 @@ class Settings:
             raise SettingsError("trace_continue_depth", "must be >= -1")
         if self.log_format not in ("text", "json"):
             raise SettingsError("log_format", f"must be text or json, got {self.log_format!r}")
+        for name in ("sink_batch", "sink_max_pending", "sink_file_max_records"):
+            if getattr(self, name) < 1:
+                raise SettingsError(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in (
+            "sink_idle_s",
+            "sink_db_timeout_s",
+            "sink_file_max_bytes",
+            "sink_file_max_age_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise SettingsError(name, "must be > 0")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError("metrics_port", f"must be a TCP port or 0, got {self.metrics_port}")
         for server in ("nats", "etcd"):
@@ -328,8 +354,9 @@ class Settings:
                 raise SettingsError(name, "unknown setting")
             if value is not None:
                 values[name] = value
-        if "nats_password" in values:
-            values["nats_password"] = Secret(values["nats_password"])
+        for name in ("nats_password", "sink_dsn"):
+            if name in values:
+                values[name] = Secret(values[name])
         return cls(**values)
 
 

@@ -3,7 +3,9 @@
 status.py     ``jetcrawl status``: workers, shards, backlogs, hand-backs, rates
 results.py    ``jetcrawl results``: read and filter the results stream
 dlq.py        ``jetcrawl dlq``: list and replay dead letters
+jobs.py       ``jetcrawl job``: put, get, list and diff job specs
 export.py     result records as JSONL, CSV or WARC
+items.py      ``jetcrawl results --items``: items as JSONL, CSV or Parquet
 """
 
 __all__: list[str] = []  # import the modules by name

@@ -11,6 +11,8 @@ A dead letter is a :class:`~jetcrawl.contract.messages.DeadLetter` on ``crawl.de
               CRAWL_RESULTS too
     poison    a task JetStream stopped delivering after MaxDeliver (reason ``max_deliveries``):
               it crashed or hung its worker every time (dispatcher/poison.py)
+    sink      an item or result a sink could not decode, or its storage refused (reason
+              ``rejected``); replayed, it goes back to its stream for every sink (jetcrawl/sinks/)
 
 ``replay`` publishes each chosen letter's original again where it came from, then deletes the
 letter, so running it twice replays nothing twice:

@@ -10,6 +10,7 @@ metrics.py      Prometheus metrics of the dispatcher and the worker
 health.py       readiness checks (NATS, etcd) for ``/readyz``
 endpoint.py     the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``
 bodies.py       page bodies in the ``crawl_bodies`` object store
+specs.py        job specs in KV ``crawl_specs``: versioned puts, reads, the services' watch
 tls.py          the TLS files of the settings: a verifying ssl context, PEM bytes for gRPC
 natsinternals.py  the private attributes of nats-py we rely on, in one place, checked
 """

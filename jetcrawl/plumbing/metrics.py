@@ -81,6 +81,8 @@ class DispatchCounts(Protocol):
     @property
     def over_limit(self) -> int: ...
     @property
+    def not_followed(self) -> int: ...
+    @property
     def rejected(self) -> int: ...
 
 
@@ -101,6 +103,10 @@ class CrawlCounts(Protocol):
     def publish_retries(self) -> int: ...
     @property
     def dead_letters(self) -> int: ...
+    @property
+    def items(self) -> int: ...
+    @property
+    def extract_failures(self) -> int: ...
 
 
 class DispatcherView(Protocol):
@@ -180,6 +186,7 @@ class DispatcherMetrics(ServiceMetrics):
                     "out_of_scope": lambda: stats.out_of_scope,
                     "too_deep": lambda: stats.too_deep,
                     "over_limit": lambda: stats.over_limit,
+                    "not_followed": lambda: stats.not_followed,  # by the job spec's rules
                 },
             )
         )
@@ -295,6 +302,16 @@ class WorkerMetrics(ServiceMetrics):
                     "jetcrawl_dead_letters",
                     "Dead letters written.",
                     lambda: worker.stats.dead_letters,
+                ),
+                (
+                    "jetcrawl_items",
+                    "Items of pages stored on crawl.items.<job> (job specs' extraction, plugins).",
+                    lambda: worker.stats.items,
+                ),
+                (
+                    "jetcrawl_extract_failures",
+                    "A job's extraction or plugin failed on a page: dead letters of stage extract.",
+                    lambda: worker.stats.extract_failures,
                 ),
             ]
         )

@@ -2,6 +2,7 @@
 
 certs     a test CA with server and client certificates as PEM files (trustme)
 badsite   a misbehaving local website (slow, dropped, partial, bombs, robots variants)
+plugins   test plugins as a real distribution with entry points, on sys.path for one test
 exampleplugin  the example plugin package installed into the test venv (fast when it is)
 jssite    a website whose links only JavaScript writes (the render tests)
 proxy     a local HTTP forward proxy recording what it carried (the proxy tests)
@@ -19,4 +20,6 @@ streams   reading JetStream state: stored messages, seen keys, waiting on a coun
 tools     programs some tests run (promtool, prometheus, kubectl): skip without, fail on CI
 urlcorpus a large URL corpus (site links, WHATWG inputs, generated); writes the golden file
 faulty    ``python -m tests.support.faulty``: a real service that crashes at a chosen moment
+postgres  a real PostgreSQL server (initdb + postgres in a temp dir), stopped and started at will
+sinks     items made and published, sink consumers settled, ``jetcrawl sink`` as a process
 """

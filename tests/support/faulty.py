@@ -7,6 +7,8 @@ moment FAULT names:
     dispatcher.after_seen     once a batch's seen marks are made, before its tasks are published
     worker.after_result       once a task's records are stored, before its ack
     worker.exit_on_url:TEXT   about to fetch a URL containing TEXT, every time (a poison task)
+    sink.before_ack:N         the Nth time a sink made records durable, before their acks
+    sink.in_transaction:N     inside the postgres sink's Nth batch, before it commits
 
 ``jetcrawl crawl`` forks its services after the wrap, so they crash alike. A service it spawns
 as a new interpreter instead (``JETCRAWL_LOCAL_FORK=false``, or no fork possible) runs unwrapped:
@@ -86,10 +88,44 @@ def _exit_on_url(text: str) -> None:
     Fetcher.fetch = crash_on_url  # type: ignore[method-assign]
 
 
+def _sink_before_ack(count: str) -> None:
+    from jetcrawl.sinks.service import SinkService
+
+    ack = SinkService._ack
+    left = [int(count)]
+
+    async def ack_or_crash(self: SinkService, durable: Any) -> None:
+        if durable:
+            left[0] -= 1
+            if left[0] <= 0:
+                _crash(f"with {len(durable)} records durable, before their acks")
+        await ack(self, durable)
+
+    SinkService._ack = ack_or_crash  # type: ignore[method-assign]
+
+
+def _sink_in_transaction(count: str) -> None:
+    from asyncpg.connection import Connection
+
+    executemany = Connection.executemany
+    left = [int(count)]
+
+    async def executemany_or_crash(self: Connection, *args: Any, **kwargs: Any) -> Any:
+        done = await executemany(self, *args, **kwargs)
+        left[0] -= 1
+        if left[0] <= 0:
+            _crash("inside a batch's transaction, before its commit")
+        return done
+
+    Connection.executemany = executemany_or_crash  # type: ignore[method-assign]
+
+
 FAULTS: dict[str, Callable[[str], None]] = {
     "dispatcher.after_seen": _after_seen,
     "worker.after_result": _after_result,
     "worker.exit_on_url:": _exit_on_url,  # a prefix: the text follows it
+    "sink.before_ack:": _sink_before_ack,
+    "sink.in_transaction:": _sink_in_transaction,
 }
 
 

@@ -1,0 +1,44 @@
+"""A job spec's link rules, extension filters and depth limit on a reading's tasks. Pure: no I/O.
+
+The dispatcher reads a frontier message (:mod:`jetcrawl.dispatcher.intake`) and then asks
+:func:`follow` which of its tasks their job's spec lets in, before any seen mark is made: a URL
+the spec does not follow is never marked seen, so a later version of the spec that allows it can
+still admit it. Seeds (depth 0) are what the user asked for and pass the link rules; the spec's
+``max_depth`` applies to them as to every task. A job without a spec keeps every task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jetcrawl.contract.jobs import JobSpec
+from jetcrawl.contract.urls import host_of
+from jetcrawl.dispatcher.intake import Reading
+
+__all__ = ["Followed", "follow"]
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    not_followed: int = 0  # links the spec's link rules or extension filters refuse
+    too_deep: int = 0  # tasks deeper than the spec's max_depth
+
+
+def follow(reading: Reading, spec_of: Callable[[str], JobSpec | None]) -> Followed:
+    """Drop from ``reading.tasks`` what their job's spec refuses; how many, and why."""
+    kept = []
+    not_followed = too_deep = 0
+    for task in reading.tasks:
+        spec = spec_of(task.lineage.job)
+        if spec is None:
+            kept.append(task)
+        elif spec.max_depth is not None and task.depth > spec.max_depth:
+            too_deep += 1
+        elif task.depth > 0 and not spec.follows(task.url, host_of(task.url)):
+            not_followed += 1
+        else:
+            kept.append(task)
+    if not_followed or too_deep:
+        reading.tasks = kept
+    return Followed(not_followed, too_deep)

@@ -1,0 +1,122 @@
+"""Job specs read strictly (a refusal names its field's path), and their rules as applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jetcrawl.contract.errors import MessageError, SpecError
+from jetcrawl.contract.jobs import JobSpec, StoredSpec, canonical_doc, extension_of
+
+SHOP: dict[str, Any] = {
+    "name": "shop",
+    "links": {
+        "allow": [r"/products/", r"/category/"],
+        "deny": [r"\?sort="],
+        "domains": {"blog.shop.example": {"allow": [r"/posts/"]}},
+    },
+    "extensions": {"deny": ["pdf", "jpg"]},
+    "max_depth": 3,
+    "max_pages": 500,
+    "recrawl_after_s": 86400,
+    "plugins": ["example"],
+}
+
+
+def test_a_full_spec_is_read_with_its_rules() -> None:
+    spec = JobSpec.read(SHOP)
+    assert spec.name == "shop" and spec.max_depth == 3 and spec.max_pages == 500
+    assert spec.recrawl_after_s == 86400.0 and spec.plugins == ("example",)
+    assert spec.content_types == ("text/html", "application/xhtml+xml")
+    assert dict(spec.doc) == SHOP
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "followed"),
+    [
+        ("https://shop.example/products/1", "shop.example", True),
+        ("https://shop.example/category/a?sort=price", "shop.example", False),  # deny wins
+        ("https://shop.example/about", "shop.example", False),  # no allow matches
+        ("https://shop.example/products/manual.pdf", "shop.example", False),  # extension
+        ("https://shop.example/products/", "shop.example", True),  # no extension: a page
+        ("https://blog.shop.example/posts/1", "blog.shop.example", True),  # the domain's allow
+        ("https://x.blog.shop.example/posts/1", "x.blog.shop.example", True),  # a subdomain
+        ("https://other.example/posts/1", "other.example", False),
+    ],
+)
+def test_link_rules_and_extensions_decide_what_is_followed(
+    url: str, host: str, followed: bool
+) -> None:
+    assert JobSpec.read(SHOP).follows(url, host) is followed
+
+
+def test_an_extension_allow_list_admits_pages_and_the_listed_files_only() -> None:
+    spec = JobSpec.read({"name": "docs", "extensions": {"allow": ["html"]}})
+    assert spec.follows("https://a.example/x/", "a.example")
+    assert spec.follows("https://a.example/x/page.HTML", "a.example")
+    assert not spec.follows("https://a.example/x/page.zip", "a.example")
+    assert extension_of("https://a.example/a.b/c") == ""
+    assert extension_of("https://a.example/c.tar.GZ?x=1") == "gz"
+
+
+def test_no_rules_follow_everything() -> None:
+    spec = JobSpec.read({"name": "all"})
+    assert spec.follows("https://a.example/file.pdf", "a.example")
+    assert spec.processes("text/html") and not spec.processes("application/pdf")
+    assert not spec.processes(None)
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "problem"),
+    [
+        ({"name": "shop", "link": {}}, "link", "unknown field"),
+        ({"links": {}}, "name", "missing"),
+        ({"name": "a b"}, "name", "must match"),
+        ({"name": 7}, "name", "must be a string, got a number"),
+        ({"name": "s", "links": {"allow": ["a", "b", "(unclosed"]}}, "links.allow[2]", "regular"),
+        ({"name": "s", "links": {"allow": "x"}}, "links.allow", "a list of strings"),
+        ({"name": "s", "links": {"deny": [1]}}, "links.deny[0]", "a string"),
+        ({"name": "s", "links": {"block": []}}, "links.block", "unknown field"),
+        (
+            {"name": "s", "links": {"domains": {"a.example": {"deny": ["["]}}}},
+            "links.domains[a.example].deny[0]",
+            "regular expression",
+        ),
+        (
+            {"name": "s", "links": {"domains": {"A.example": {}}}},
+            "links.domains[A.example]",
+            "lowercase",
+        ),
+        ({"name": "s", "max_depth": -1}, "max_depth", "at least 0"),
+        ({"name": "s", "max_pages": 0}, "max_pages", "at least 1"),
+        ({"name": "s", "max_pages": True}, "max_pages", "got a boolean"),
+        ({"name": "s", "max_pages": 2.5}, "max_pages", "a whole number"),
+        ({"name": "s", "recrawl_after_s": "1d"}, "recrawl_after_s", "seconds"),
+        ({"name": "s", "content_types": ["HTML"]}, "content_types[0]", "media type"),
+        ({"name": "s", "extensions": {"deny": [".pdf"]}}, "extensions.deny[0]", "no dot"),
+        ({"name": "s", "extensions": {"only": []}}, "extensions.only", "unknown field"),
+        ({"name": "s", "plugins": ["ok", "no way"]}, "plugins[1]", "entry-point name"),
+        ({"name": "s", "plugins": ["a", "a"]}, "plugins", "twice"),
+        ({"name": "s", "extract": []}, "extract", "an object"),
+        (["name"], "", "must be an object"),
+    ],
+)
+def test_a_bad_spec_is_refused_at_its_fields_path(doc: Any, path: str, problem: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        JobSpec.read(doc)
+    assert caught.value.path == path
+    assert problem in caught.value.problem
+
+
+def test_a_stored_spec_round_trips_and_a_broken_record_is_a_message_error() -> None:
+    stored = StoredSpec(3, 1.5, JobSpec.read(SHOP))
+    again = StoredSpec.from_wire(stored.to_wire())
+    assert (again.version, again.put_at, again.name) == (3, 1.5, "shop")
+    assert canonical_doc(again.spec.doc) == canonical_doc(SHOP)
+    with pytest.raises(MessageError, match=r"bad_spec: links\.allow\[0\]"):
+        StoredSpec.from_wire(
+            b'{"v": 1, "version": 1, "put_at": 0, "spec": {"name": "s", "links": {"allow": ["("]}}}'
+        )
+    with pytest.raises(MessageError):
+        StoredSpec.from_wire(b'{"v": 1, "version": 0, "put_at": 0, "spec": {"name": "s"}}')
