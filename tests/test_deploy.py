@@ -467,9 +467,9 @@ def test_nats_box_contexts_are_users_of_the_config() -> None:
 
 
 def readme_deploy_commands() -> list[list[str]]:
-    """The ``docker compose`` command lines of the README's walkthrough, as words."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n### Compose and scaling\n", 1)[1].split("\n#", 1)[0]
+    """The ``docker compose`` command lines of deploy/README.md's walkthrough, as words."""
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    section = readme.split("\n## Compose and scaling\n", 1)[1].split("\n#", 1)[0]
     return [
         shlex.split(line.split(" > ")[0])[2:]
         for line in section.splitlines()
