@@ -20,6 +20,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.deadletters import DeadLetter
+from jetcrawl.contract.errors import SpecError
 from jetcrawl.contract.items import Item
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result, seen_key
@@ -304,3 +305,42 @@ async def test_a_worker_refuses_an_unusable_plugin_when_it_starts(
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refusals) == 1 and "job shop version 1: plugin 'future' refused" in refusals[0]
     assert "plugin API 2.x" in refusals[0]
+
+
+async def test_a_specs_fetch_section_is_the_policy_its_pages_are_fetched_under(
+    nats_server: NatsServer, js: JetStreamContext, shop: BadSite
+) -> None:
+    # robots.txt speaks to the User-Agent token actually sent: the job's own, from its spec.
+    shop.add(
+        "/robots.txt", b"User-agent: shopbot\nDisallow: /products/2\n", content_type="text/plain"
+    )
+    settings = Settings(
+        nats_url=nats_server.url, shards=SHARDS, host_delay_s=0.0, allow_nets=("127.0.0.0/8",)
+    )
+    await ensure(js, settings)
+    specs = SpecStore(await js.key_value("crawl_specs"))
+    own = {
+        "name": "own",
+        "max_depth": 0,
+        "fetch": {"user_agent": "shopbot/1.0 (+https://x.example)"},
+    }
+    await specs.put(JobSpec.read(own))
+    await specs.put(JobSpec.read({"name": "plain", "max_depth": 0}))
+    url = shop.url("/products/2")
+
+    async with crawling(settings):
+        for job in ("own", "plain"):
+            await js.publish(SEEDS, orjson.dumps({"url": url, "job": job}))
+        await drained(js)
+    by_job = {
+        r.job: r for r in (Result.from_wire(m.data) for m in await stored(js, RESULTS_STREAM))
+    }
+    assert by_job["own"].outcome == "robots_disallowed"
+    assert by_job["plain"].outcome == "fetched" and by_job["plain"].status == 200
+    assert shop.hits["/products/2"] == 1, "only the job without a fetch section fetched it"
+
+
+def test_a_bad_fetch_section_is_refused_at_its_path() -> None:
+    with pytest.raises(SpecError) as refused:
+        JobSpec.read({"name": "x", "fetch": {"render": "sometimes"}})
+    assert refused.value.path == "fetch.render"

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.jobs import JobSpec, StoredSpec
 from jetcrawl.contract.messages import JOB_RE
 from jetcrawl.contract.plugin import ItemOut, LinkOut, Output, Page
@@ -111,6 +112,11 @@ class Jobs:
         logged) when the worker starts, not at the job's first page."""
         for job in jobs:
             self.of(job)
+
+    def fetch_policy(self, job: str) -> FetchPolicy | None:
+        """The fetch policy of ``job``'s current spec, or None (the settings' applies)."""
+        stored = self._current(job)
+        return None if stored is None else stored.spec.fetch
 
     def of(self, job: str) -> CompiledJob | None:
         """The job's spec compiled, or None for a job without one (today's crawl)."""

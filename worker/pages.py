@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from jetcrawl.contract.fetchpolicy import RENDER_ALWAYS, RENDER_AUTO, FetchPolicy
@@ -61,18 +61,21 @@ class PageFetcher:
         fetcher: Fetcher,
         renderer: RenderClient | None,
         env: Mapping[str, str] | None = None,
+        job_policy: Callable[[str], FetchPolicy | None] | None = None,
     ) -> None:
         self._settings = settings
         self._fetcher = fetcher
         self._renderer = renderer
         self._env = os.environ if env is None else env
         self._default = FetchPolicy.from_settings(settings)
+        self._job_policy = job_policy  # a job spec's own fetch section, if it has one
         self._pools: dict[tuple[tuple[str, ...], str], ProxyPool] = {}
         self.renders = 0
 
     def policy(self, job: str) -> FetchPolicy:
-        """The fetch policy of ``job``: the settings' until job specs carry their own."""
-        return self._default
+        """The fetch policy of ``job``: its spec's ``fetch`` section, else the settings'."""
+        own = self._job_policy(job) if self._job_policy is not None else None
+        return own or self._default
 
     def user_agent(self, job: str) -> str:
         return self.policy(job).user_agent or self._settings.user_agent

@@ -130,6 +130,7 @@ class Worker:
                 self._settings,
                 fetcher,
                 RenderClient(self._nc, self._settings.render_timeout_s),
+                job_policy=self._jobs.fetch_policy,
             ),
             # re-crawls come with recrawl_after_s, or with a job spec's own
             validators=Validators(await self._js.key_value(VALIDATORS_BUCKET)),

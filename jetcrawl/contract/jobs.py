@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from jetcrawl.contract.errors import MessageError, SpecError
+from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.messages import JOB_RE
 from jetcrawl.contract.wire import WIRE_VERSION, json_object, typed
 
@@ -48,6 +49,7 @@ FIELDS = frozenset(
         "recrawl_after_s",  # a URL of the job may be admitted again after this long
         "extract",  # declarative extraction (worker/extract.py compiles it)
         "plugins",  # entry-point names in the group jetcrawl.plugins
+        "fetch",  # render, proxies, User-Agent, soft blocks (contract/fetchpolicy.py)
     }
 )
 LINK_FIELDS = frozenset({"allow", "deny", "domains"})
@@ -190,6 +192,7 @@ class JobSpec:
     recrawl_after_s: float | None = None
     extract: Any = None  # the raw section: worker/extract.py compiles it
     plugins: tuple[str, ...] = ()
+    fetch: FetchPolicy | None = None  # None: the workers' settings
 
     @classmethod
     def read(cls, doc: Any) -> Self:
@@ -221,6 +224,7 @@ class JobSpec:
             recrawl_after_s=None if recrawl is None else float(recrawl),
             extract=extract,
             plugins=cls._plugins(obj.get("plugins")),
+            fetch=FetchPolicy.from_doc(obj["fetch"], "fetch") if "fetch" in obj else None,
         )
 
     @staticmethod
