@@ -31,12 +31,13 @@ from tests.test_deploy import (
     assert_no_violations,
     compose_nats,
     connect_as,
+    dev_certs,
     passwords,
     refused,
 )
 from tests.test_sink_postgres import result
 
-__all__ = ["passwords"]  # the fixture, from the compose tests
+__all__ = ["dev_certs", "passwords"]  # the fixtures, from the compose tests
 
 
 def test_compose_runs_the_postgres_sink_after_its_database_and_the_topology() -> None:
@@ -54,7 +55,7 @@ def test_compose_runs_the_postgres_sink_after_its_database_and_the_topology() ->
 
 
 async def test_the_compose_sink_stores_with_only_its_own_rights(
-    tmp_path: Path, passwords: dict[str, str], postgres: PostgresServer
+    tmp_path: Path, passwords: dict[str, str], dev_certs: Path, postgres: PostgresServer
 ) -> None:
     conn = await asyncpg.connect(postgres.dsn())
     await conn.execute("CREATE DATABASE jetcrawl")  # compose's POSTGRES_DB
@@ -68,7 +69,7 @@ async def test_the_compose_sink_stores_with_only_its_own_rights(
             "etcd:2379": "127.0.0.1:9",
             "jaeger:4318": "127.0.0.1:9",
         }
-        mesh = ComposeMesh(tmp_path, hosts, {**passwords, DATABASE_PASSWORD: PASSWORD})
+        mesh = ComposeMesh(tmp_path, hosts, {**passwords, DATABASE_PASSWORD: PASSWORD}, dev_certs)
         admin = await connect_as(server, "admin")
         js = admin.jetstream()
         try:
