@@ -38,7 +38,6 @@ ENTRYPOINT ["jetcrawl"]
 CMD ["renderer"]
 
 # The default target: every service but the renderer.
-
 FROM ${PYTHON_IMAGE}
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --disable-pip-version-check --no-index --find-links=/wheels jetcrawl \

@@ -895,7 +895,7 @@ async def test_the_renderer_as_compose_runs_it_serves_a_worker_and_nothing_else(
                 assert renderer.proc.returncode is None, renderer.log_path.read_text()
                 return await client.answers(timeout_s=1.0)
 
-            await eventually(renderer_answers, within_s=30)
+            await eventually(renderer_answers, within_s=60)  # Chromium starts first
             page = "<html><body><script>document.body.innerHTML = " + (
                 "'<a href=\"/after-js\">x</a>'</script></body></html>"
             )
