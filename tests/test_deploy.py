@@ -49,6 +49,7 @@ from jetcrawl.cli.commands import apply_topology as cli_apply_topology
 from jetcrawl.contract.errors import TopologyError
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
+from jetcrawl.contract.render import RENDER_SUBJECT
 from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.contract.topology import (
     BODIES_STREAM,
@@ -81,22 +82,25 @@ from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
 from jetcrawl.worker import Worker
 from tests.support import tools
+from jetcrawl.worker.render import RenderClient
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.site import MultiHostSite
 from tests.support.streams import eventually, read_until, stored
+from tests.support.tools import require
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NATS_CONFIG_DIR = ROOT / "nats"
-USERS = ("admin", "seeder", "dispatcher", "worker", "sink")
+USERS = ("admin", "seeder", "dispatcher", "worker", "sink", "renderer")
 PASSWORD_VARIABLES = tuple(f"NATS_{user.upper()}_PASSWORD" for user in USERS)
 NATS_TLS_VARIABLES = ("NATS_TLS_CERT_FILE", "NATS_TLS_KEY_FILE")  # nats/common.conf's tls block
 CERTS_MOUNT = "/certs/"  # where compose mounts deploy/certs/dev
 MAKE_DEV_CERTS = ROOT / "deploy" / "certs" / "make-dev-certs.sh"
 DATABASE_PASSWORD = "POSTGRES_PASSWORD"  # compose's PostgreSQL, and the sink's DSN
 JETCRAWL_IMAGE = "jetcrawl:local"
+RENDERER_IMAGE = "jetcrawl-renderer:local"  # the Dockerfile's `renderer` target
 JETCRAWL = (sys.executable, "-m", "jetcrawl")  # the image's entrypoint, `jetcrawl`
 
 # Only for this test's speed and sandbox, never in compose: the test site lives on loopback, which
@@ -183,7 +187,9 @@ def container_environment(service: str, variables: Mapping[str, str]) -> dict[st
 
 
 def jetcrawl_services() -> list[str]:
-    return [name for name, s in SERVICES.items() if s.get("image") == JETCRAWL_IMAGE]
+    return [
+        name for name, s in SERVICES.items() if s.get("image") in (JETCRAWL_IMAGE, RENDERER_IMAGE)
+    ]
 
 
 def settings_variables(env: Mapping[str, str]) -> dict[str, str]:
@@ -229,6 +235,7 @@ def test_compose_service_commands_are_real_jetcrawl_subcommands_with_valid_flags
         assert isinstance(args, argparse.Namespace)
     assert commands["dispatcher"] == ["dispatcher"]
     assert commands["worker"] == ["worker"]
+    assert commands["renderer"] == ["renderer"]
     assert parser.parse_args(commands["topology"]).apply, "the one-shot step applies the topology"
 
     [entrypoint] = DOCKERFILE.args("ENTRYPOINT")
@@ -340,7 +347,21 @@ def test_the_image_is_multi_stage_slim_non_root_and_holds_every_package_and_no_s
     froms = [
         line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("FROM")
     ]
-    assert len(froms) == 2, "build wheels in one stage, install them into a clean one"
+    assert len(froms) == 3, "build wheels in one stage, install them into clean ones"
+    assert froms[1].endswith(" AS renderer") and " AS " not in froms[2], "the default is last"
+    renderer = SERVICES["renderer"]
+    assert renderer["build"] == {"context": ".", "target": "renderer"}
+    assert renderer["image"] == RENDERER_IMAGE
+    assert all(SERVICES[name]["build"] == "." for name in jetcrawl_services() if name != "renderer")
+    renderer_stage = DOCKERFILE.stages[1]
+    [installed] = [a for i, a in renderer_stage if i == "RUN" and "pip install" in a]
+    assert "'jetcrawl[render]'" in installed, "Playwright, for jetcrawl renderer alone"
+    assert any("apt-get install" in a and "chromium" in a for i, a in renderer_stage if i == "RUN")
+    assert not any("chromium" in a for _, a in DOCKERFILE.final), "the default image is unchanged"
+    [renderer_user] = DOCKERFILE.args("USER", renderer_stage)
+    assert renderer_user.split(":")[0] not in ("0", "root")
+    for instruction in ("ENTRYPOINT", "HEALTHCHECK", "EXPOSE", "ENV"):
+        assert DOCKERFILE.args(instruction, renderer_stage) == DOCKERFILE.args(instruction)
     assert re.search(
         r"^ARG PYTHON_IMAGE=python:3\.\d+-slim", (ROOT / "Dockerfile").read_text(), re.M
     )
@@ -1061,6 +1082,55 @@ async def test_the_compose_services_crawl_as_local_processes(
         assert codes == dict.fromkeys(mesh.services, 0), "every service stops cleanly on SIGTERM"
 
     assert_no_violations(server)
+
+
+async def test_the_renderer_as_compose_runs_it_serves_a_worker_and_nothing_else(
+    tmp_path: Path, passwords: dict[str, str], receiver: OtlpReceiver
+) -> None:
+    require("chromium", "the renderer drives Debian's Chromium")
+    async with compose_nats(tmp_path / "nats") as server:
+        hosts = {
+            "nats:4222": host_port(server.url),
+            "jaeger:4318": host_port(receiver.endpoint),
+            "etcd:2379": "127.0.0.1:9",  # shared by every service; a renderer never uses etcd
+        }
+        mesh = ComposeMesh(tmp_path, hosts, passwords)
+        renderer = await mesh.run("renderer", "renderer-1")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker")
+        intruder = await connect_as(server, "renderer", errors)
+        try:
+            client = RenderClient(worker, timeout_s=30.0)
+
+            async def renderer_answers() -> bool:
+                assert renderer.proc.returncode is None, renderer.log_path.read_text()
+                return await client.answers(timeout_s=1.0)
+
+            await eventually(renderer_answers, within_s=60)  # Chromium starts first
+            page = "<html><body><script>document.body.innerHTML = " + (
+                "'<a href=\"/after-js\">x</a>'</script></body></html>"
+            )
+            reply = await client.render("http://127.0.0.1:9/", page, "jetcrawl-test", 0.0, None)
+            assert reply.error is None and reply.dom is not None, reply
+            assert 'href="/after-js"' in reply.dom, "rendered: the script ran"
+            assert_no_violations(server)
+
+            # As the renderer: only the reply to a request it took, only in the queue group.
+            await intruder.publish("_INBOX_worker.forged", b"a DOM nobody asked for")
+            await refused(errors, 'publish to "_INBOX_worker.forged"')
+            await intruder.publish(result_subject(0), b"{}")
+            await refused(errors, f'publish to "{result_subject(0)}"')
+            await intruder.publish(RENDER_SUBJECT, b"")
+            await refused(errors, f'publish to "{RENDER_SUBJECT}"')
+            await intruder.subscribe(RENDER_SUBJECT)  # outside the queue group
+            await refused(errors, f'subscription to "{RENDER_SUBJECT}"')
+            for subject in ("_INBOX_worker.>", "crawl.>"):
+                await intruder.subscribe(subject)
+                await refused(errors, f'subscription to "{subject}"')
+        finally:
+            await mesh.stop(grace_s=10)
+            for client_nc in (intruder, worker):
+                await client_nc.close()
 
 
 # ---------------------------------------------------------------- the cluster config

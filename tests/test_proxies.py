@@ -13,8 +13,11 @@ from jetcrawl.contract.errors import SettingsError, SpecError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.settings import Settings
 from jetcrawl.local.embedded import NatsServer
+from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.proxies import ProxyPool, resolve
 from tests.support.proxy import ForwardProxy, dead_proxy_url
+from tests.support.socks import SocksProxy
 from tests.test_good_citizen import crawling, drained, results, seed, settings_for, site_of
 from tests.test_softblock import CLOUDFLARE
 
@@ -27,7 +30,7 @@ from tests.test_softblock import CLOUDFLARE
         ({"render": "sometimes"}, "fetch.render", "must be one of never, auto, always"),
         ({"rendre": "auto"}, "fetch.rendre", "unknown field"),
         ({"proxies": "http://p:1"}, "fetch.proxies", "must be a list"),
-        ({"proxies": ["socks5://p:1080"]}, "fetch.proxies[0]", "scheme must be one of"),
+        ({"proxies": ["socks4://p:1080"]}, "fetch.proxies[0]", "scheme must be one of"),
         ({"proxies": ["http://u:hunter2@p:1"]}, "fetch.proxies[0]", "${VARIABLE} reference"),
         ({"proxies": ["http://p:1/path"]}, "fetch.proxies[0]", "scheme://[user:password@]host"),
         ({"on_block": "proxy"}, "fetch.on_block", "needs a list of proxies"),
@@ -215,6 +218,60 @@ async def test_the_ssrf_guard_holds_through_a_proxy(
     assert metadata.outcome == "failed" and metadata.error is not None
     assert metadata.error.kind == "blocked" and "link_local" in metadata.error.message
     assert proxy.log == [site.url("/")], "the refused address never reached the proxy"
+
+
+async def test_a_crawl_goes_through_a_socks5_proxy_which_is_given_checked_addresses_only(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    async with SocksProxy() as proxy, site_of("127.0.0.2", 3) as site:
+        assert FetchPolicy.from_doc({"proxies": [proxy.url]}).proxies == (proxy.url,)
+        # The proxy's own address is not put to the guard (the operator chose it): only the
+        # site's is allowed, so localhost (a name) and the metadata address are refused.
+        settings = settings_for(nats_server, proxies=(proxy.url,), allow_nets=("127.0.0.2/32",))
+        refused = ["http://169.254.169.254/latest/meta-data/", f"http://localhost:{proxy.port}/"]
+        async with crawling(settings):
+            await seed(js, [*refused, site.url("/")])
+            await drained(js)
+    crawled = await results(js)
+    pages = {site.url("/")} | {site.url(f"/p{n}") for n in range(3)}
+    assert {u for u, r in crawled.items() if r.outcome == "fetched"} == pages
+    assert set(site.paths()) == {p.removeprefix(site.origin) for p in pages}
+    for url in refused:
+        error = crawled[url].error
+        assert crawled[url].outcome == "failed" and error is not None, crawled[url]
+        assert error.kind == "blocked", error
+    assert proxy.connects, "the pages went through the proxy"
+    assert set(proxy.connects) == {("ip", "127.0.0.2", site.port)}, "checked addresses only"
+
+
+async def test_the_socks5_connector_checks_every_hop_of_a_fetch_before_the_proxy_sees_it() -> None:
+    # The worker puts a task's URL to the guard before a proxy gets it (above); the redirects a
+    # fetch follows, and a name that resolves elsewhere by the time of the connection, are
+    # checked where the SOCKS5 connection is made, and the proxy is given that checked address.
+    site = site_of("127.0.0.2", 0)
+    async with SocksProxy() as proxy, site:
+        site.add("/away", status=302, headers={"Location": f"http://localhost:{proxy.port}/x"})
+        async with Fetcher(Settings(allow_nets=("127.0.0.2/32",))) as fetcher:
+            fetched = await fetcher.fetch(site.url("/"), proxy=proxy.url)
+            assert fetched.status == 200
+            with pytest.raises(FetchError) as refused:
+                await fetcher.fetch(site.url("/away"), proxy=proxy.url, follow_redirects=True)
+    assert refused.value.kind == "blocked" and "loopback" in refused.value.message
+    assert set(proxy.connects) == {("ip", "127.0.0.2", site.port)}, "never localhost"
+
+
+async def test_a_dead_socks5_proxy_is_benched_like_an_http_one(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    dead = dead_proxy_url().replace("http://", "socks5://")
+    async with SocksProxy() as live, site_of("127.0.0.2", 2) as site:
+        settings = settings_for(nats_server, proxies=(dead, live.url), proxy_rotation="round_robin")
+        async with crawling(settings) as worker:
+            await seed(js, [site.url("/")])
+            await drained(js)
+    crawled = await results(js)
+    assert len(crawled) == 3 and all(r.outcome == "fetched" for r in crawled.values())
+    assert worker.stats.retried == 1, "one failure benched the dead proxy"
 
 
 async def test_on_block_proxy_benches_the_walled_proxy_and_fetches_through_the_next(

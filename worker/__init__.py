@@ -11,6 +11,7 @@ pages.py      a task's page fetched as its job's fetch policy says: User-Agent, 
 proxies.py    a job's proxies: rotation, and benching the ones that fail
 render.py     asking the renderer service for a page's DOM (NATS request/reply)
 shell.py      whether served HTML is a script shell (render: auto)
+socks.py      SOCKS5 proxies: a connector that gives the proxy guard-checked addresses
 softblock.py  bot walls, CAPTCHAs and login walls served as pages
 renderer/     the renderer service (jetcrawl renderer), a package of its own
 """

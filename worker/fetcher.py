@@ -44,6 +44,7 @@ from jetcrawl.contract.errors import UrlError
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.urls import UrlRules
 from jetcrawl.worker.errors import FetchError
+from jetcrawl.worker.socks import SocksConnector, SocksProxyError
 from jetcrawl.worker.ssrf import AddressGuard, Blocked
 
 __all__ = ["HTML_TYPES", "KEPT_HEADERS", "TEXT_MAX_REDIRECTS", "Fetched", "Fetcher"]
@@ -126,6 +127,7 @@ class Fetcher:
         }
         # --- the connection pool, for the Fetcher's life
         self._session: aiohttp.ClientSession | None = None
+        self._socks: dict[str, aiohttp.ClientSession] = {}  # per SOCKS5 proxy URL
         self._closed = False
 
     async def __aenter__(self) -> Fetcher:
@@ -146,6 +148,9 @@ class Fetcher:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        socks, self._socks = self._socks, {}
+        for proxied in socks.values():
+            await proxied.close()
 
     def _open(self) -> aiohttp.ClientSession:
         if self._closed:
@@ -157,15 +162,30 @@ class Fetcher:
                 keepalive_timeout=KEEPALIVE_S,
                 socket_factory=self._open_socket,
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers=self._headers,
-                timeout=self._timeout(self._total_timeout_s),
-                cookie_jar=aiohttp.DummyCookieJar(),  # no state shared between hosts or tasks
-                auto_decompress=True,  # bounded by aiohttp, counted by _read_html
-                raise_for_status=False,
-            )
+            self._session = self._new_session(connector)
         return self._session
+
+    def _socks_session(self, proxy: str) -> aiohttp.ClientSession:
+        """The session whose connections go through the SOCKS5 proxy ``proxy``."""
+        if self._closed:
+            raise RuntimeError("the Fetcher is closed")
+        session = self._socks.get(proxy)
+        if session is None:
+            connector = SocksConnector(
+                proxy, self._check_address, limit=self._concurrency, keepalive_timeout=KEEPALIVE_S
+            )
+            session = self._socks[proxy] = self._new_session(connector)
+        return session
+
+    def _new_session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers=self._headers,
+            timeout=self._timeout(self._total_timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),  # no state shared between hosts or tasks
+            auto_decompress=True,  # bounded by aiohttp, counted by _read_html
+            raise_for_status=False,
+        )
 
     async def _guard_endpoints(self) -> None:
         if not self._guarding_endpoints:
@@ -180,14 +200,17 @@ class Fetcher:
         Raising ``OSError`` here fails the connection attempt.
         """
         family, type_, proto, _canonname, address = addr_info
-        host, port = str(address[0]), int(address[1])
+        self._check_address(str(address[0]), int(address[1]))
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    def _check_address(self, host: str, port: int) -> None:
+        """Raise ``Blocked`` for an address the SSRF guard refuses, noting it for the error."""
         reason = self._guard.check(host, port)
         if reason is not None:
             refused = _REFUSED.get()
             if refused is not None:
                 refused.append(f"{host}:{port} ({reason})")
             raise Blocked()
-        return socket.socket(family=family, type=type_, proto=proto)
 
     def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(
@@ -206,7 +229,7 @@ class Fetcher:
 
         With ``follow_redirects=False`` a redirect is the answer: its canonical target is
         ``location`` (a Location that is no acceptable URL is ``bad_redirect``). ``proxy``: an
-        http(s) proxy URL (credentials resolved) the request goes through.
+        http(s) or socks5 proxy URL (credentials resolved) the request goes through.
         """
         fetched_at = time.time()
         started = time.perf_counter()
@@ -358,6 +381,8 @@ class Fetcher:
         refused: list[str] = []
         token = _REFUSED.set(refused)
         try:
+            if proxy is not None and proxy.startswith("socks5://"):
+                session, proxy = self._socks_session(proxy), None
             with _Translated(url, refused):
                 # The URL is canonical, so already encoded: yarl must not quote it again.
                 return await session.get(
@@ -451,7 +476,9 @@ def _fetch_error(
         where = ", ".join(refused or []) or "its address"
         return FetchError("blocked", f"SSRF guard refused {where}", url, transient=False)
     message = _describe(exc)
-    if isinstance(exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+    if isinstance(
+        exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError | SocksProxyError
+    ):
         return FetchError("proxy", message, url)
     if _caused_by(exc, ContentEncodingError):
         return FetchError("decoding", message, url)

@@ -35,7 +35,7 @@ ROTATIONS = ("sticky", "round_robin")  # sticky: one proxy per host while it is 
 # What a soft block (a bot wall, CAPTCHA or login wall served as 200) does: recorded as such,
 # retried later, or fetched again through the next proxy, or rendered in a browser.
 BLOCK_ACTIONS = ("record", "retry", "proxy", "render")
-PROXY_SCHEMES = ("http", "https")
+PROXY_SCHEMES = ("http", "https", "socks5")  # socks5: aiohttp-socks (worker/socks.py)
 _ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 

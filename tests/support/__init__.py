@@ -6,6 +6,7 @@ plugins   test plugins as a real distribution with entry points, on sys.path for
 exampleplugin  the example plugin package installed into the test venv (fast when it is)
 jssite    a website whose links only JavaScript writes (the render tests)
 proxy     a local HTTP forward proxy recording what it carried (the proxy tests)
+socks     a local SOCKS5 proxy recording where it was asked to connect (the proxy tests)
 forking   ``python -m tests.support.forking``: the local crawl's forks, in a fresh interpreter
 ledger    the fault tests' oracle: every admitted URL ends in exactly one result
 mesh      dispatchers and workers as real processes against real servers
