@@ -81,8 +81,8 @@ from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
 from jetcrawl.worker import Worker
-from tests.support import tools
 from jetcrawl.worker.render import RenderClient
+from tests.support import tools
 from tests.support.mesh import Service
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.site import MultiHostSite
@@ -1085,7 +1085,7 @@ async def test_the_compose_services_crawl_as_local_processes(
 
 
 async def test_the_renderer_as_compose_runs_it_serves_a_worker_and_nothing_else(
-    tmp_path: Path, passwords: dict[str, str], receiver: OtlpReceiver
+    tmp_path: Path, passwords: dict[str, str], dev_certs: Path, receiver: OtlpReceiver
 ) -> None:
     require("chromium", "the renderer drives Debian's Chromium")
     async with compose_nats(tmp_path / "nats") as server:
@@ -1094,7 +1094,7 @@ async def test_the_renderer_as_compose_runs_it_serves_a_worker_and_nothing_else(
             "jaeger:4318": host_port(receiver.endpoint),
             "etcd:2379": "127.0.0.1:9",  # shared by every service; a renderer never uses etcd
         }
-        mesh = ComposeMesh(tmp_path, hosts, passwords)
+        mesh = ComposeMesh(tmp_path, hosts, passwords, dev_certs)
         renderer = await mesh.run("renderer", "renderer-1")
         errors: asyncio.Queue[str] = asyncio.Queue()
         worker = await connect_as(server, "worker")
