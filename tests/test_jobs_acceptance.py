@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,51 +25,16 @@ from jetcrawl.contract.items import Item
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import DEAD_STREAM, ITEMS_STREAM, RESULTS_STREAM, SEEDS
-from jetcrawl.dispatcher import Dispatcher
-from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.sinks.service import consumer_name
-from jetcrawl.worker import Worker
 from tests.support.postgres import PostgresServer
 from tests.support.shop import JOB_SPEC, ShopSite, golden_lines, placed
 from tests.support.sinks import SinkProcess, wait_settled
-from tests.support.streams import eventually, stored
+from tests.support.streams import stored
+from tests.test_good_citizen import crawling, drained
 
 SHARDS = 4
-
-
-@asynccontextmanager
-async def crawling(settings: Settings) -> AsyncIterator[Worker]:
-    async with (
-        Dispatcher(settings) as dispatcher,
-        Worker(settings, "w1") as worker,
-        asyncio.TaskGroup() as tg,
-    ):
-        tg.create_task(dispatcher.run())
-        tg.create_task(worker.run())
-        await worker.wait_running()
-        for shard in range(settings.shards):
-            await worker.on_acquired(shard, fence=1)
-        try:
-            yield worker
-        finally:
-            worker.stop()
-            dispatcher.stop()
-
-
-async def drained(js: JetStreamContext) -> Snapshot:
-    previous: Snapshot | None = None
-    current: Snapshot | None = None
-
-    async def settled() -> bool:
-        nonlocal previous, current
-        previous, current = current, await snapshot(js, SHARDS)
-        return current.settled_after(previous)
-
-    await eventually(settled, 60)
-    assert current is not None
-    return current
 
 
 async def test_a_crawl_of_the_shop_with_its_job_spec_yields_exactly_the_golden_items(
@@ -95,7 +58,7 @@ async def test_a_crawl_of_the_shop_with_its_job_spec_yields_exactly_the_golden_i
 
     async with ShopSite() as shop, crawling(settings):
         await js.publish(SEEDS, orjson.dumps({"url": shop.seed, "job": "shop"}))
-        await drained(js)
+        await drained(js, SHARDS, within_s=60)
         requested = list(shop.requests)
         base_url = shop.base_url
 

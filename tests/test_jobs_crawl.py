@@ -28,7 +28,6 @@ from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import DEAD_STREAM, ITEMS_STREAM, RESULTS_STREAM, SEEDS
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
-from jetcrawl.local.drain import Snapshot, snapshot
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.metrics import DispatcherMetrics, WorkerMetrics
 from jetcrawl.plumbing.specs import SpecStore
@@ -37,6 +36,7 @@ from jetcrawl.worker import Worker
 from tests.support import plugins
 from tests.support.badsite import BadSite
 from tests.support.streams import eventually, stored
+from tests.test_good_citizen import drained
 
 SHARDS = 4
 
@@ -95,20 +95,6 @@ async def crawling(settings: Settings) -> AsyncIterator[tuple[Dispatcher, Worker
             dispatcher.stop()
 
 
-async def drained(js: JetStreamContext) -> Snapshot:
-    previous: Snapshot | None = None
-    current: Snapshot | None = None
-
-    async def settled() -> bool:
-        nonlocal previous, current
-        previous, current = current, await snapshot(js, SHARDS)
-        return current.settled_after(previous)
-
-    await eventually(settled, 30)
-    assert current is not None
-    return current
-
-
 async def results(js: JetStreamContext) -> dict[str, Result]:
     out = {}
     for m in await stored(js, RESULTS_STREAM):
@@ -153,7 +139,7 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
 
     async with crawling(settings) as (dispatcher, worker):
         await js.publish(SEEDS, orjson.dumps({"url": shop.url("/"), "job": "shop"}))
-        await drained(js)
+        await drained(js, SHARDS)
         crawled = await results(js)
         shop_pages = {shop.url(p) for p in ("/", "/products/1", "/products/2", "/boom", "/bad")}
         shop_pages.add(shop.url("/hidden"))  # only the items plugin links to it
@@ -209,7 +195,7 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
             await dispatcher.specs.wait_version("shop", 2)  # type: ignore[union-attr]
             await worker.specs.wait_version("shop", 2)  # type: ignore[union-attr]
         await js.publish(SEEDS, orjson.dumps({"url": shop.url("/more"), "job": "shop"}))
-        await drained(js)
+        await drained(js, SHARDS)
 
     crawled = await results(js)
     assert crawled[shop.url("/more")].spec_version == 2
@@ -252,7 +238,7 @@ async def test_a_spec_that_recrawls_admits_its_urls_again_and_another_job_does_n
             return len(await crawls("again")) >= 2
 
         await eventually(seeded_twice, within_s=20)  # the mark of "again" lives 1 s
-        await drained(js)
+        await drained(js, SHARDS)
     again, once = await crawls("again"), await crawls("once")
     assert len(again) == 2 and len(once) == 1, "a job without re-crawl crawls a URL once"
     assert shop.hits["/products/1"] == 3
@@ -272,7 +258,7 @@ async def test_a_seed_carries_its_spec_inline_and_a_bad_one_is_a_dead_letter_wit
     ]
     async with crawling(settings):
         await js.publish(SEEDS, orjson.dumps(seeds))
-        await drained(js)
+        await drained(js, SHARDS)
     crawled = await results(js)
     assert set(crawled) == {shop.url(p) for p in ("/", "/products/1", "/products/2")}
     assert {(r.job, r.spec_version) for r in crawled.values()} == {("inline", 1)}
@@ -331,7 +317,7 @@ async def test_a_specs_fetch_section_is_the_policy_its_pages_are_fetched_under(
     async with crawling(settings):
         for job in ("own", "plain"):
             await js.publish(SEEDS, orjson.dumps({"url": url, "job": job}))
-        await drained(js)
+        await drained(js, SHARDS)
     by_job = {
         r.job: r for r in (Result.from_wire(m.data) for m in await stored(js, RESULTS_STREAM))
     }
