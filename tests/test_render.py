@@ -8,6 +8,7 @@ Chromium driven by Playwright (skipped without it, failed on CI: tests/support/t
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -223,4 +224,30 @@ async def test_no_chromium_fails_the_command_at_once_in_one_line(command: list[s
     assert err[-1] == (
         "jetcrawl: chromium_path: /nonexistent/chromium is not an executable Chromium "
         "(apt-get install chromium, or set chromium_path)"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["renderer"], ["crawl", "http://a.test/", "--render", "auto"]],
+    ids=["renderer", "crawl --render auto"],
+)
+async def test_without_the_render_extra_the_command_fails_at_once_in_one_line(
+    command: list[str],
+) -> None:
+    # An install without Playwright (pip install jetcrawl[embedded]): hidden from this process.
+    program = (
+        "import sys; sys.modules['playwright'] = None\n"
+        "from jetcrawl.cli import main\n"
+        f"sys.exit(main({command!r}))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", program, stderr=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(60):
+        _, err = await proc.communicate()
+    lines = err.decode().splitlines()
+    assert proc.returncode == 2, lines
+    assert lines[-1] == (
+        "jetcrawl: render: rendering needs Playwright: pip install 'jetcrawl[render]'"
     )

@@ -97,13 +97,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_renderer(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    check_chromium(settings)
+    check_can_render(settings)
     run_async(lambda: run_renderer(settings))
     return 0
 
 
-def check_chromium(settings: Settings) -> None:
-    """Raise ``UsageError`` unless ``chromium_path`` is a program this user may run."""
+def check_can_render(settings: Settings) -> None:
+    """Raise ``UsageError`` unless this install can render: Playwright (the ``render`` extra)
+    importable and ``chromium_path`` a program this user may run."""
+    try:
+        import playwright  # noqa: F401  only whether it is installed
+    except ImportError:
+        raise UsageError(
+            "render", "rendering needs Playwright: pip install 'jetcrawl[render]'"
+        ) from None
     if not os.access(settings.chromium_path, os.X_OK):
         raise UsageError(
             "chromium_path",
@@ -122,7 +129,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     check_crawl_input(args.seeds, args.output)  # before any server or service starts
     settings = settings_from(args)
     if FetchPolicy.from_settings(settings).may_render:
-        check_chromium(settings)
+        check_can_render(settings)
     with _prefork(settings, args.workers, args.entry) as prefork:
         return int(run_async(lambda: _crawl(settings, args, prefork)))
 
