@@ -8,6 +8,6 @@ urls.py       canonical URLs, scope, the shard function and the URL fingerprint
 jobs.py       job specs: link rules, filters, limits, extraction and plugins; read strictly
 """
 
-PROTOCOL_VERSION = 1  # the mesh's protocol: in the tasks stream's metadata and worker records
+PROTOCOL_VERSION = 2  # the mesh's protocol: in the tasks stream's metadata and worker records
 
 __all__ = ["PROTOCOL_VERSION"]

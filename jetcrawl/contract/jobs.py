@@ -6,7 +6,7 @@ a URL; the worker applies its content types, extraction and plugins to a fetched
 strict: an unknown field, a wrong type or a bad regex is a :class:`SpecError` naming its path
 (``links.allow[2]``), so a typo is refused at ``job put`` instead of crawling the wrong thing.
 
-Sections other issues add later (``fetch``, priorities) are new top-level fields of this
+A new section is a new top-level field of this
 document: one name in ``FIELDS``, one reader, and an attribute of :class:`JobSpec`.
 
 The stored record (:class:`StoredSpec`) is the document as given plus its version, which counts
@@ -26,7 +26,7 @@ import orjson
 
 from jetcrawl.contract.errors import MessageError, SpecError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
-from jetcrawl.contract.messages import JOB_RE
+from jetcrawl.contract.messages import JOB_RE, check_priority
 from jetcrawl.contract.wire import WIRE_VERSION, json_object, typed
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "PLUGIN_NAME_RE",
     "JobSpec",
     "LinkRules",
+    "Priority",
     "StoredSpec",
     "canonical_doc",
 ]
@@ -50,11 +51,16 @@ FIELDS = frozenset(
         "extract",  # declarative extraction (worker/extract.py compiles it)
         "plugins",  # entry-point names in the group jetcrawl.plugins
         "fetch",  # render, proxies, User-Agent, soft blocks (contract/fetchpolicy.py)
+        "priority",  # the job's level, its share against other jobs, levels per URL regex
+        "max_pages_per_s",  # pages fetched per second across the mesh, at most
     }
 )
 LINK_FIELDS = frozenset({"allow", "deny", "domains"})
 DOMAIN_FIELDS = frozenset({"allow", "deny"})
 EXTENSION_FIELDS = frozenset({"allow", "deny"})
+PRIORITY_FIELDS = frozenset({"default", "weight", "rules"})
+PRIORITY_RULE_FIELDS = frozenset({"match", "level"})
+MAX_JOB_WEIGHT = 1000
 DEFAULT_CONTENT_TYPES = ("text/html", "application/xhtml+xml")
 PLUGIN_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _MEDIA_TYPE = re.compile(r"^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$")
@@ -120,6 +126,49 @@ def _limit(value: Any, path: str, minimum: int) -> int:
 
 
 # ---------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """A job's priority section: its level (None: the seed's, else the settings'), its weight
+    against the other jobs of a level on a shard, and a level per URL regex (first match)."""
+
+    default: int | None = None
+    weight: int = 1
+    rules: tuple[tuple[re.Pattern[str], int], ...] = ()
+
+    @classmethod
+    def read(cls, value: Any, path: str = "priority") -> Self:
+        obj = _object(value, path, PRIORITY_FIELDS)
+        default = _level(obj["default"], f"{path}.default") if "default" in obj else None
+        weight = _limit(obj["weight"], f"{path}.weight", 1) if "weight" in obj else 1
+        if weight > MAX_JOB_WEIGHT:
+            raise SpecError(f"{path}.weight", f"must be at most {MAX_JOB_WEIGHT}, got {weight}")
+        rules = []
+        for i, rule in enumerate(_expect(obj.get("rules", []), list, f"{path}.rules", "a list")):
+            where = f"{path}.rules[{i}]"
+            rule = _object(rule, where, PRIORITY_RULE_FIELDS)
+            for key in PRIORITY_RULE_FIELDS:
+                if key not in rule:
+                    raise SpecError(f"{where}.{key}", "missing")
+            (pattern,) = _patterns([rule["match"]], f"{where}.match")
+            rules.append((pattern, _level(rule["level"], f"{where}.level")))
+        return cls(default, weight, tuple(rules))
+
+    def level_of(self, url: str) -> int | None:
+        """The level of the first rule matching ``url``; None if none does."""
+        for pattern, level in self.rules:
+            if pattern.search(url):
+                return level
+        return None
+
+
+def _level(value: Any, path: str) -> int:
+    try:
+        return check_priority(value, "a priority level")
+    except MessageError as e:
+        raise SpecError(path, e.detail) from None
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +242,8 @@ class JobSpec:
     extract: Any = None  # the raw section: worker/extract.py compiles it
     plugins: tuple[str, ...] = ()
     fetch: FetchPolicy | None = None  # None: the workers' settings
+    priority: Priority = field(default_factory=Priority)
+    max_pages_per_s: float | None = None  # None: no cap but politeness
 
     @classmethod
     def read(cls, doc: Any) -> Self:
@@ -225,7 +276,18 @@ class JobSpec:
             extract=extract,
             plugins=cls._plugins(obj.get("plugins")),
             fetch=FetchPolicy.from_doc(obj["fetch"], "fetch") if "fetch" in obj else None,
+            priority=Priority.read(obj["priority"]) if "priority" in obj else Priority(),
+            max_pages_per_s=cls._rate(obj.get("max_pages_per_s")),
         )
+
+    @staticmethod
+    def _rate(value: Any) -> float | None:
+        if value is None:
+            return None
+        _expect(value, (int, float), "max_pages_per_s", "a number of pages per second")
+        if not value > 0:
+            raise SpecError("max_pages_per_s", f"must be more than 0, got {value}")
+        return float(value)
 
     @staticmethod
     def _content_types(value: Any) -> tuple[str, ...]:

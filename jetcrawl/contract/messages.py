@@ -1,9 +1,9 @@
 """Message shapes: the wire (JSON via orjson, with ``"v"``) and frozen dataclasses in code.
 
 Seeds are the one exception to "internal JSON": they are whatever ``nats pub crawl.seeds ...``
-sends — one URL, URLs one per line, a JSON object ``{"url", "max_depth", "scope", "job", "spec"}``
-or a JSON list of objects (or URL strings). :func:`decode_seeds` splits a body into valid seeds and
-per-item rejects, so one bad line never costs the good ones.
+sends — one URL, URLs one per line, a JSON object ``{"url", "max_depth", "scope", "job", "spec",
+"priority"}`` or a JSON list of objects (or URL strings). :func:`decode_seeds` splits a body
+into valid seeds and per-item rejects, so one bad line never costs the good ones.
 
 Internal messages are strict about types and about the major version, lenient about unknown fields.
 A decoding failure raises :class:`~jetcrawl.contract.errors.MessageError` with a short ``reason``.
@@ -19,7 +19,7 @@ from typing import Any, Self
 import orjson
 
 from jetcrawl.contract.errors import MessageError
-from jetcrawl.contract.settings import SCOPES
+from jetcrawl.contract.settings import PRIORITY_LEVELS, SCOPES
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.contract.wire import WIRE_VERSION
 from jetcrawl.contract.wire import check_version as _check_version
@@ -28,7 +28,8 @@ from jetcrawl.contract.wire import typed as _field
 
 DEFAULT_JOB = "default"
 JOB_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job", "spec"})
+SEED_FIELDS = frozenset({"v", "url", "max_depth", "scope", "job", "spec", "priority"})
+DEFAULT_PRIORITY = 2  # a task that names none (settings.default_priority is the dispatcher's)
 
 
 # ---------------------------------------------------------------- helpers
@@ -46,6 +47,22 @@ def _scope(obj: dict[str, Any], optional: bool = False) -> str | None:
     if scope is not None and scope not in SCOPES:
         raise MessageError("bad_scope", f"scope must be one of {SCOPES}, got {scope!r}")
     return scope
+
+
+def check_priority(value: Any, what: str = "priority") -> int:
+    """``value`` as a priority level, or :class:`MessageError` ``bad_priority`` saying why."""
+    if type(value) is not int or not 0 <= value < PRIORITY_LEVELS:
+        raise MessageError(
+            "bad_priority",
+            f"{what} must be a whole number 0-{PRIORITY_LEVELS - 1} (0 is the highest), "
+            f"got {str(value)[:40]!r}",
+        )
+    return value
+
+
+def _priority(obj: dict[str, Any], name: str = "priority") -> int | None:
+    value = obj.get(name)
+    return None if value is None else check_priority(value, name)
 
 
 def _job(obj: dict[str, Any], optional: bool = False) -> str | None:
@@ -67,6 +84,7 @@ class Seed:
     scope: str | None = None
     job: str | None = None
     spec: Mapping[str, Any] | None = None  # a job spec carried inline (read by the dispatcher)
+    priority: int | None = None  # the level of the seed and of what it leads to
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +149,7 @@ def _seed_from_json(item: Any) -> Seed | SeedReject:
             scope=_scope(item, optional=True),
             job=_job(item, optional=True),
             spec=_field(item, "spec", dict, optional=True),
+            priority=_priority(item),
         )
     except MessageError as e:
         return SeedReject(e.reason, e.detail, fragment)
@@ -147,26 +166,36 @@ class Lineage:
     scope: str
     root: str  # the scope's anchor: the seed's host, its registered domain, or "" for "any"
     max_depth: int
+    priority: int | None = None  # the seed's level, if it gave one: its descendants' too
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "job": self.job,
             "scope": self.scope,
             "root": self.root,
             "max_depth": self.max_depth,
         }
+        if self.priority is not None:
+            wire["priority"] = self.priority
+        return wire
 
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> Lineage:
         """The lineage ``obj`` carries; one seen before (tasks and pages of a crawl share a
         few) is the same object, checked once."""
         try:
-            key = (obj.get("job"), obj.get("scope"), obj.get("root"), obj.get("max_depth"))
+            key = (
+                obj.get("job"),
+                obj.get("scope"),
+                obj.get("root"),
+                obj.get("max_depth"),
+                obj.get("priority"),
+            )
             known = _LINEAGES.get(key)
         except TypeError:  # a list or an object where a scalar belongs: unhashable
             known = None
         # A cached entry's key had exactly these types (True == 1 would find an int's entry).
-        if known is not None and type(key[3]) is int:
+        if known is not None and type(key[3]) is int and type(key[4]) in (int, type(None)):
             return known
         root = _field(obj, "root", str)
         lineage = Lineage(
@@ -174,6 +203,7 @@ class Lineage:
             scope=_scope(obj) or "",
             root=root,
             max_depth=_depth(obj, "max_depth") or 0,
+            priority=_priority(obj),
         )
         if len(_LINEAGES) >= LINEAGES_KEPT:
             _LINEAGES.clear()
@@ -182,7 +212,7 @@ class Lineage:
 
 
 LINEAGES_KEPT = 1024
-_LINEAGES: dict[tuple[Any, ...], Lineage] = {}  # (job, scope, root, max_depth) as decoded
+_LINEAGES: dict[tuple[Any, ...], Lineage] = {}  # (job, scope, root, max_depth, priority) decoded
 
 
 def seen_key(job: str, url: str, fp: str) -> str:
@@ -202,6 +232,12 @@ class Task:
     lineage: Lineage
     parent: str | None = None
     gen: int = 0  # the seen mark's revision: tells re-crawls of one URL apart
+    prio: int | None = None  # its level; the dispatcher sets it (dispatcher/jobrules.py)
+
+    @property
+    def level(self) -> int:
+        """The priority level it is queued at (``crawl.tasks.<shard>.<level>.<job>``)."""
+        return DEFAULT_PRIORITY if self.prio is None else self.prio
 
     @property
     def seen_key(self) -> str:
@@ -226,6 +262,7 @@ class Task:
                 "depth": self.depth,
                 "parent": self.parent,
                 "gen": self.gen,
+                "prio": self.level,
             }
             | self.lineage.to_wire()
         )
@@ -234,7 +271,7 @@ class Task:
     def from_wire(cls, data: bytes) -> Self:
         obj = _object(data)
         url, fp, depth = obj.get("url"), obj.get("fp"), obj.get("depth")
-        parent, gen = obj.get("parent"), obj.get("gen")
+        parent, gen, prio = obj.get("parent"), obj.get("gen"), obj.get("prio")
         # Every task a worker takes comes this way: the general path's field checks below,
         # written once as exact types (JSON gives no subclasses; bool is no int here).
         if (
@@ -244,8 +281,9 @@ class Task:
             and depth >= 0
             and (parent is None or type(parent) is str)
             and (gen is None or type(gen) is int)
+            and (prio is None or (type(prio) is int and 0 <= prio < PRIORITY_LEVELS))
         ):
-            return cls(url, fp, depth, Lineage.from_obj(obj), parent, gen or 0)
+            return cls(url, fp, depth, Lineage.from_obj(obj), parent, gen or 0, prio)
         return cls(
             url=_field(obj, "url", str),
             fp=_field(obj, "fp", str),
@@ -253,6 +291,7 @@ class Task:
             lineage=Lineage.from_obj(obj),
             parent=_field(obj, "parent", str, optional=True),
             gen=_field(obj, "gen", int, optional=True) or 0,
+            prio=_priority(obj, "prio"),
         )
 
 
@@ -266,14 +305,19 @@ class Discovered:
     depth: int  # the depth of the links, i.e. the parent's depth + 1
     lineage: Lineage
     links: tuple[str, ...]
+    # Levels a plugin gave some of the links (link -> level); the others get their job's.
+    priorities: Mapping[str, int] = field(default_factory=dict)
 
     def to_obj(self) -> dict[str, Any]:
-        return {
+        obj = {
             "parent": self.parent,
             "parent_fp": self.parent_fp,
             "depth": self.depth,
             "links": list(self.links),
         } | self.lineage.to_wire()
+        if self.priorities:
+            obj["priorities"] = dict(self.priorities)
+        return obj
 
     def to_wire(self) -> bytes:
         return orjson.dumps({"v": WIRE_VERSION} | self.to_obj())
@@ -293,7 +337,15 @@ class Discovered:
             depth=_depth(obj, "depth") or 0,
             lineage=Lineage.from_obj(obj),
             links=tuple(links),
+            priorities=_link_priorities(obj),
         )
+
+
+def _link_priorities(obj: dict[str, Any]) -> dict[str, int]:
+    priorities = _field(obj, "priorities", dict, optional=True) or {}
+    for link, level in priorities.items():
+        check_priority(level, f"priority of link {link[:200]!r}")
+    return priorities
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,6 +591,36 @@ class WaitingOn:
 
 
 @dataclass(frozen=True, slots=True)
+class JobActivity:
+    """One job's pages on one worker, for ``jetcrawl status --job``: totals since it started,
+    and its rate over the last report interval."""
+
+    pages: int  # results stored (fetched, blocked, failed or disallowed)
+    errors: int  # of those, failed or blocked
+    pages_per_s: float
+    settled: int = 0  # tasks of a cancelled job acked without a fetch
+
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "pages": self.pages,
+            "errors": self.errors,
+            "pages_per_s": self.pages_per_s,
+            "settled": self.settled,
+        }
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> Self:
+        if not isinstance(obj, dict):
+            raise MessageError("wrong_type", "jobs values must be objects")
+        return cls(
+            pages=_field(obj, "pages", int),
+            errors=_field(obj, "errors", int),
+            pages_per_s=float(_field(obj, "pages_per_s", (int, float))),
+            settled=_field(obj, "settled", int, optional=True) or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerReport:
     """What a worker says of its waiting room, kept in KV ``crawl_workers`` under its id.
 
@@ -556,6 +638,7 @@ class WorkerReport:
     hosts_waiting: int = 0  # hosts whose tasks wait for their turn here
     hosts_paused: int = 0  # of those, paused by a 429/503 Retry-After
     waiting_on: tuple[WaitingOn, ...] = ()  # the longest waits, a few
+    jobs: Mapping[str, JobActivity] = field(default_factory=dict)  # by job name
 
     def to_wire(self) -> bytes:
         return orjson.dumps(
@@ -571,6 +654,7 @@ class WorkerReport:
                 "hosts_waiting": self.hosts_waiting,
                 "hosts_paused": self.hosts_paused,
                 "waiting_on": [w.to_obj() for w in self.waiting_on],
+                "jobs": {name: job.to_obj() for name, job in self.jobs.items()},
             }
         )
 
@@ -592,4 +676,8 @@ class WorkerReport:
             waiting_on=tuple(
                 WaitingOn.from_obj(w) for w in _field(obj, "waiting_on", list, optional=True) or ()
             ),
+            jobs={
+                name: JobActivity.from_obj(job)
+                for name, job in (_field(obj, "jobs", dict, optional=True) or {}).items()
+            },
         )

@@ -48,6 +48,9 @@ DEFAULT_TRACKING_PARAMS = (
     "yclid",
 )
 SCOPES = ("host", "domain", "any")
+# Priority levels, 0 the highest: a task's level picks its subject crawl.tasks.<shard>.<level>.<job>
+# (contract/topology.py) and how soon its shard's owner takes it (worker/lanes.py).
+PRIORITY_LEVELS = 4
 DEFAULT_HOST_DELAY_S = 1.0
 DEFAULT_MAX_CRAWL_DELAY_S = 30.0
 DEFAULT_MAX_RETRY_AFTER_S = 600.0
@@ -178,6 +181,18 @@ class Settings:
     # crawl.discovered message (worker/discovered.py; with tracing off); 0: one message a page.
     links_linger_s: float = 0.02
 
+    # --- priorities and job shares (worker/lanes.py): levels 0 (highest) to 3
+    default_priority: int = 2  # a task's level when nothing names one
+    # Each level's guaranteed share of a shard's turns while it has tasks, highest level first:
+    # beyond the guarantees the highest ready level goes first. A level owed this many turns
+    # of its share is served next (so short bursts of a higher level are never interleaved).
+    priority_weights: tuple[int, ...] = (8, 4, 2, 1)
+    priority_slack: int = 32
+    # How often a worker reads which lanes (shard, level, job) hold tasks (one stream info);
+    # a lane's first task waits at most this long for its owner.
+    lanes_poll_s: float = 0.25
+    lane_idle_s: float = 600.0  # a lane's consumer is removed by the server after this idle
+
     # --- rendering, proxies and soft blocks (the policy of jobs without their own:
     # contract/fetchpolicy.py; the renderer service: worker/renderer/)
     render: str = "never"  # never | auto | always
@@ -282,6 +297,15 @@ class Settings:
             raise SettingsError(
                 "cluster", f"must be a non-empty name without '/', got {self.cluster!r}"
             )
+        if not 0 <= self.default_priority < len(self.priority_weights):
+            raise SettingsError("default_priority", "must be a level of priority_weights")
+        if len(self.priority_weights) != PRIORITY_LEVELS or min(self.priority_weights) < 1:
+            raise SettingsError(
+                "priority_weights",
+                f"must be {PRIORITY_LEVELS} whole numbers >= 1, got {self.priority_weights}",
+            )
+        if self.priority_slack < 1 or self.lanes_poll_s <= 0 or self.lane_idle_s <= 0:
+            raise SettingsError("priority_slack/lanes_poll_s/lane_idle_s", "must be > 0")
         if self.trace_continue_depth < -1:
             raise SettingsError("trace_continue_depth", "must be >= -1")
         if self.log_format not in ("text", "json"):
@@ -397,8 +421,9 @@ def _parse(name: str, hint: Any, raw: str) -> Any:
             return int(raw)
         if hint is float:
             return float(raw)
-        if get_origin(hint) is tuple and get_args(hint)[0] is str:
-            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if get_origin(hint) is tuple and get_args(hint)[0] in (str, int):
+            kind = get_args(hint)[0]
+            return tuple(kind(part.strip()) for part in raw.split(",") if part.strip())
         return hint(raw) if hint in (str, Secret) else raw
     except ValueError:
         raise SettingsError(f"{ENV_PREFIX}{name.upper()}", f"bad value {raw!r}") from None

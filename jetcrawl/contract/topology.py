@@ -22,6 +22,7 @@ from nats.js.api import (
 )
 
 from jetcrawl.contract import PROTOCOL_VERSION
+from jetcrawl.contract.messages import DEFAULT_JOB, DEFAULT_PRIORITY
 from jetcrawl.contract.settings import Settings
 
 # --- subjects
@@ -34,7 +35,7 @@ DEAD_PREFIX = "crawl.dead."
 # What nats-server publishes when a consumer gives up on a message (MaxDeliver reached): a task
 # consumer (a poison task), or the dispatchers' intake (a frontier message it could not admit).
 MAX_DELIVERIES_ADVISORIES = (
-    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*",
+    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*",  # any lane's consumer
     "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_FRONTIER.dispatch",
 )
 
@@ -58,6 +59,8 @@ VALIDATORS_STREAM = f"KV_{VALIDATORS_BUCKET}"
 BODIES_BUCKET = "crawl_bodies"
 WORKERS_BUCKET = "crawl_workers"
 SPECS_BUCKET = "crawl_specs"
+CONTROL_BUCKET = "crawl_control"  # job name -> its run state (contract/control.py)
+CONTROL_STREAM = f"KV_{CONTROL_BUCKET}"
 SPECS_STREAM = f"KV_{SPECS_BUCKET}"
 SPEC_VERSIONS_KEPT = 64  # versions of one job spec kept in KV, for `jetcrawl job diff`
 WORKERS_STREAM = f"KV_{WORKERS_BUCKET}"
@@ -68,8 +71,27 @@ SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
 
 
-def task_subject(shard: int) -> str:
-    return f"{TASKS_PREFIX}{shard}"
+def task_subject(shard: int, level: int = DEFAULT_PRIORITY, job: str = DEFAULT_JOB) -> str:
+    """A task's subject: its host's shard, its priority level and its job (a *lane*)."""
+    return f"{TASKS_PREFIX}{shard}.{level}.{job}"
+
+
+def shard_tasks(shard: int) -> str:
+    """The subjects of every lane of ``shard``."""
+    return f"{TASKS_PREFIX}{shard}.>"
+
+
+def job_tasks(job: str) -> str:
+    """The subjects of every lane of ``job``, on every shard and level."""
+    return f"{TASKS_PREFIX}*.*.{job}"
+
+
+def lane_of(subject: str) -> tuple[int, int, str]:
+    """(shard, level, job) of a task subject; ValueError for another subject."""
+    parts = subject.split(".")
+    if len(parts) != 5 or f"{parts[0]}.{parts[1]}." != TASKS_PREFIX:
+        raise ValueError(f"not a task subject: {subject!r}")
+    return int(parts[2]), int(parts[3]), parts[4]
 
 
 def result_subject(shard: int) -> str:
@@ -84,8 +106,28 @@ def dead_subject(stage: str) -> str:
     return f"{DEAD_PREFIX}{stage}"
 
 
-def shard_consumer(shard: int) -> str:
-    return f"shard-{shard}"
+def lane_consumer(shard: int, level: int, job: str) -> str:
+    """The durable pull consumer of one lane; its shard's owner makes it when it finds tasks."""
+    return f"tasks-{shard}-{level}-{job}"
+
+
+def lane_config(settings: Settings, shard: int, level: int, job: str) -> ConsumerConfig:
+    """The consumer of one lane. Lanes come and go with jobs and levels, so their consumers are
+    made on demand (worker/lanes.py) and removed by the server once idle ``lane_idle_s``: the
+    tasks stay in the work-queue stream, and a consumer made again delivers them."""
+    return ConsumerConfig(
+        durable_name=lane_consumer(shard, level, job),
+        description=f"tasks of shard {shard}, priority {level}, job {job}",
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=settings.ack_wait_s,
+        max_ack_pending=settings.max_ack_pending,
+        # Room for the politeness and pause hand-backs, which are no attempts (the worker
+        # subtracts them); a task crashing its worker every time still ends here.
+        max_deliver=settings.task_max_deliver + settings.max_deferrals,
+        filter_subject=task_subject(shard, level, job),
+        inactive_threshold=settings.lane_idle_s,
+    )
 
 
 # StreamConfig fields every KV bucket's stream has (history 1), as nats-py's create_key_value
@@ -123,8 +165,8 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
         (FRONTIER_STREAM, [SEEDS, DISCOVERED], work,
          "seeds and discovered links waiting for the dispatcher",
          {**dedupe, "discard": DiscardPolicy.OLD}),
-        (TASKS_STREAM, [f"{TASKS_PREFIX}*"], work,
-         "admitted URLs, partitioned by host onto crawl.tasks.<shard>",
+        (TASKS_STREAM, [f"{TASKS_PREFIX}>"], work,
+         "admitted URLs, by host's shard, level and job: crawl.tasks.<shard>.<level>.<job>",
          {**dedupe, "metadata": shards}),
         (RESULTS_STREAM, [f"{RESULTS_PREFIX}*"], limits,
          "one result record per crawled task",
@@ -150,6 +192,7 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
         _kv(JOBS_BUCKET, "per-job and per-host admission counters"),
         _kv(SPECS_BUCKET, "job name -> its spec, versions kept",
             max_msgs_per_subject=SPEC_VERSIONS_KEPT),
+        _kv(CONTROL_BUCKET, "job name -> running, paused or cancelled"),
         _kv(WORKERS_BUCKET, "worker id -> its latest report (waiting room, hand-backs)",
             max_age=WORKER_REPORTS_MAX_AGE_S),
     )  # fmt: skip
@@ -216,19 +259,7 @@ class Topology:
                 "the dispatchers' shared poison-task collector",
                 settings.frontier_max_deliver,
             ),
-            *(
-                pull(
-                    TASKS_STREAM,
-                    shard_consumer(shard),
-                    f"tasks of shard {shard}",
-                    # Room for the politeness hand-backs, which are no attempts (the worker
-                    # subtracts them); a task crashing its worker every time still ends here.
-                    settings.task_max_deliver + settings.max_deferrals,
-                    filter_subject=task_subject(shard),
-                )
-                for shard in range(settings.shards)
-            ),
-        )
+        )  # the task consumers are per lane, made on demand: lane_config
         return cls(streams=streams, consumers=consumers)
 
 

@@ -14,12 +14,10 @@ the last version it delivered (tests/test_specs.py): a spec put meanwhile applie
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
 
-from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import (
     KeyDeletedError,
@@ -32,15 +30,13 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.jobs import JobSpec, StoredSpec, canonical_doc
 from jetcrawl.contract.topology import SPECS_BUCKET
-from jetcrawl.plumbing.backoff import backoff_s, wait_set
+from jetcrawl.plumbing.kvwatch import KvWatch
 
 __all__ = ["PutOutcome", "SpecStore", "SpecWatch", "UnknownJob"]
 
 log = logging.getLogger(__name__)
 
 MAX_CAS_ATTEMPTS = 20
-REWATCH_FIRST_S = 0.5
-REWATCH_MAX_S = 10.0
 
 
 class UnknownJob(JetcrawlError):
@@ -126,14 +122,12 @@ def _read(name: str, data: bytes) -> StoredSpec:
         raise JetcrawlError(f"the stored spec of job {name!r} is unreadable: {e}") from e
 
 
-class SpecWatch:
+class SpecWatch(KvWatch):
     """The latest spec of every job, kept by a KV watch. ``run()`` until the stop event."""
 
     def __init__(self, js: JetStreamContext) -> None:
-        self._js = js
+        super().__init__(js, SPECS_BUCKET)
         self._specs: dict[str, StoredSpec] = {}
-        self._changed = asyncio.Condition()
-        self._ready = asyncio.Event()  # the first watch has delivered what the bucket held
 
     def current(self, job: str) -> StoredSpec | None:
         return self._specs.get(job)
@@ -142,67 +136,23 @@ class SpecWatch:
         """The jobs that have a spec now."""
         return sorted(self._specs)
 
-    async def wait_ready(self) -> None:
-        """Until the bucket's specs are loaded, or ``run()`` has ended (stopped first)."""
-        await self._ready.wait()
-
     async def wait_version(self, job: str, version: int) -> None:
         """Until the watch holds ``version`` (or a later one) of ``job``."""
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: (s := self._specs.get(job)) is not None and s.version >= version
-            )
+        await self.wait_for(
+            lambda: (s := self._specs.get(job)) is not None and s.version >= version
+        )
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Watch until ``stopping`` is set; a failed watch is made again, with backoff."""
-        failures = 0
-        try:
-            while not stopping.is_set():
-                try:
-                    await self._watch(stopping)
-                    return
-                except (NatsError, TimeoutError) as e:
-                    failures += 1
-                    delay_s = backoff_s(failures, REWATCH_FIRST_S, REWATCH_MAX_S)
-                    log.warning("watching %s failed, again in %.1f s: %r", SPECS_BUCKET, delay_s, e)
-                    await wait_set(stopping, delay_s)
-        finally:
-            self._ready.set()  # nobody waits on a watch that has ended
-
-    async def _watch(self, stopping: asyncio.Event) -> None:
-        kv = await self._js.key_value(SPECS_BUCKET)
-        watcher = await kv.watchall()
-        async with asyncio.TaskGroup() as tg:
-            # stop() ends the iteration below: a stop is an event, not a poll
-            stopper = tg.create_task(self._stop_on(stopping, watcher))
-            async for entry in watcher:
-                if entry is None:  # what the bucket held is delivered
-                    self._ready.set()
-                else:
-                    await self._apply(entry)
-            stopper.cancel()
-
-    @staticmethod
-    async def _stop_on(stopping: asyncio.Event, watcher: KeyValue.KeyWatcher) -> None:
-        await stopping.wait()
-        try:
-            await watcher.stop()
-        except NatsError as e:  # the connection is gone: so is the subscription
-            log.debug("stopping the spec watch: %r", e)
-
-    async def _apply(self, entry: KeyValue.Entry) -> None:
+    def apply(self, entry: KeyValue.Entry) -> None:
         if entry.operation in (KV_DEL, KV_PURGE):
             self._specs.pop(entry.key, None)
-        else:
-            try:
-                stored = StoredSpec.from_wire(entry.value or b"")
-            except MessageError as e:
-                log.warning("job %s: unreadable spec record kept out: %s", entry.key, e)
-                return
-            known = self._specs.get(entry.key)
-            if known is None or stored.version >= known.version:
-                if known is None or stored.version > known.version:
-                    log.info("job %s: spec version %d applies", entry.key, stored.version)
-                self._specs[entry.key] = stored
-        async with self._changed:
-            self._changed.notify_all()
+            return
+        try:
+            stored = StoredSpec.from_wire(entry.value or b"")
+        except MessageError as e:
+            log.warning("job %s: unreadable spec record kept out: %s", entry.key, e)
+            return
+        known = self._specs.get(entry.key)
+        if known is None or stored.version >= known.version:
+            if known is None or stored.version > known.version:
+                log.info("job %s: spec version %d applies", entry.key, stored.version)
+            self._specs[entry.key] = stored
