@@ -298,6 +298,10 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 async def _job(settings: Settings, args: argparse.Namespace) -> int:
+    from jetcrawl.ops.control import ACTIONS, run_control
+
+    if args.job_action in ACTIONS:
+        return await _until_signalled(run_control(settings, args.job_action, args.name))
     from jetcrawl.ops.jobs import run_command
 
     return await _until_signalled(

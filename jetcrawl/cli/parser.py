@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _job_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("job", help="put, get, list or diff job specs (KV crawl_specs)")
+    p = sub.add_parser(
+        "job", help="put, get, list or diff job specs; pause, resume or cancel a job"
+    )
     p.set_defaults(func=commands.cmd_job)
     actions = p.add_subparsers(dest="job_action", required=True, metavar="ACTION")
     put = actions.add_parser("put", help="check a JSON or YAML spec and store its next version")
@@ -161,7 +163,13 @@ def _job_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     diff = actions.add_parser("diff", help="unified diff of two versions (default: the last two)")
     diff.add_argument("name", metavar="NAME")
     diff.add_argument("versions", nargs="*", type=positive, metavar="VERSION", help="A B")
-    for a in (put, get, actions.choices["list"], diff):
+    for action, text in (
+        ("pause", "stop fetching a job's tasks, mesh-wide; they stay queued"),
+        ("resume", "fetch a paused job's tasks again"),
+        ("cancel", "end a job for good: its queued tasks are removed"),
+    ):
+        actions.add_parser(action, help=text).add_argument("name", metavar="NAME")
+    for a in actions.choices.values():
         a.add_argument("--nats", dest="nats_url", help="NATS server URL(s), comma-separated")
         _timeout_flag(a)
 

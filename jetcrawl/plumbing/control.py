@@ -1,5 +1,6 @@
 """Job run states in KV ``crawl_control``: the changes ``jetcrawl job pause|resume|cancel`` make,
-and the watch the dispatcher and the worker keep (:mod:`jetcrawl.contract.control`).
+and the watch the dispatcher and the worker keep (:mod:`jetcrawl.contract.control`);
+:func:`purge_tasks` takes a cancelled job's queued tasks out of ``CRAWL_TASKS``.
 
 A change is a compare-and-set on the job's record, so two commands at once cannot both cancel
 (the cancellation is recorded once) nor resume a job another just cancelled. A job without a
@@ -11,8 +12,11 @@ from __future__ import annotations
 import logging
 import time
 
+import orjson
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import (
+    APIError,
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
@@ -22,10 +26,10 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING, JobControl, State
 from jetcrawl.contract.errors import JetcrawlError, MessageError
-from jetcrawl.contract.topology import CONTROL_BUCKET
+from jetcrawl.contract.topology import CONTROL_BUCKET, TASKS_STREAM, job_tasks
 from jetcrawl.plumbing.kvwatch import KvWatch
 
-__all__ = ["ControlStore", "ControlWatch", "JobCancelled"]
+__all__ = ["ControlStore", "ControlWatch", "JobCancelled", "purge_tasks"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,20 @@ class ControlWatch(KvWatch):
         if self.state(entry.key) != record.state:
             log.info("job %s is %s (by %s)", entry.key, record.state, record.by or "?")
         self._states[entry.key] = record
+
+
+async def purge_tasks(nc: NATS, job: str, timeout_s: float) -> int:
+    """Remove every queued task of ``job`` (all shards and levels) from ``CRAWL_TASKS``; how
+    many went. The JetStream API's answer has the count; nats-py's ``purge_stream`` drops it."""
+    reply = await nc.request(
+        f"$JS.API.STREAM.PURGE.{TASKS_STREAM}",
+        orjson.dumps({"filter": job_tasks(job)}),
+        timeout=timeout_s,
+    )
+    answer = orjson.loads(reply.data)
+    if "error" in answer:
+        APIError.from_error(answer["error"])  # raises the matching nats-py error
+    return int(answer.get("purged", 0))
 
 
 def _when(at: float) -> str:
