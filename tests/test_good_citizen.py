@@ -95,7 +95,7 @@ async def drained(js: JetStreamContext, shards: int = SHARDS, within_s: float = 
 
     async def settled() -> bool:
         nonlocal previous, current
-        previous, current = current, await snapshot(js, shards)
+        previous, current = current, await snapshot(js)
         return current.settled_after(previous)
 
     await eventually(settled, within_s)

@@ -142,7 +142,7 @@ async def _drained(js: JetStreamContext, shards: int) -> None:
 
     async def settled() -> bool:
         nonlocal previous
-        current = await snapshot(js, shards)
+        current = await snapshot(js)
         done = current.settled_after(previous)
         previous = current
         return done
