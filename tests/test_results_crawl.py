@@ -196,7 +196,7 @@ async def test_two_jobs_with_different_scopes_crawled_at_once_stay_apart(
     assert set(by_job["narrow"]) == site.reachable_from(seed, "host")
     assert set(by_job["wide"]) == site.reachable_from(seed, "any")
     assert set(by_job["narrow"]) < set(by_job["wide"]), "the overlap was crawled for both"
-    job = orjson.loads(out)["job"]
-    assert job["job"] == "narrow" and job["results"] == len(by_job["narrow"])
-    assert sum(job["by_outcome"].values()) == job["results"]
+    job = orjson.loads(out)["job"]  # from the workers' reports, which may lag the results
+    assert (job["job"], job["state"], job["backlog"]["queued"]) == ("narrow", "running", 0)
+    assert 0 <= job["pages"] <= len(by_job["narrow"])
     assert max(max(c.values()) for c in by_job.values()) == 1

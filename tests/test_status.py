@@ -83,9 +83,9 @@ async def test_status_matches_etcd_and_jetstream_during_and_after_a_crawl(
         tasks = await mesh.js.stream_info(TASKS_STREAM)
         results = await mesh.js.stream_info(RESULTS_STREAM)
         assert after["results"] == results.state.messages == len(site.reachable)
-        assert after["tasks"] == {"pending": 0, "unacked": 0, "published": tasks.state.last_seq}
+        assert after["tasks"] == {"queued": 0, "levels": [0] * 4, "published": tasks.state.last_seq}
         assert after["frontier"] == {"pending": 0, "unacked": 0}
-        assert all(s["pending"] == s["unacked"] == s["redelivered"] == 0 for s in after["shards"])
+        assert all(s["queued"] == 0 and s["levels"] == [0] * 4 for s in after["shards"])
         assert after["rates"]["results_per_s"] == 0, "drained: nothing moves"
         assert {s["shard"]: s["owner"] for s in after["shards"]} == await mesh.ownership()
 

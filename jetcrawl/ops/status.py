@@ -1,15 +1,18 @@
 """``jetcrawl status``: the mesh as etcd and JetStream show it now, as a table or as JSON.
 
 workers        from etcd: id, host, pid, version, capacity, owned shards, age
-shards         each shard's owner (etcd) and its consumer's pending, unacked, redelivered counts
+shards         each shard's owner (etcd) and its queued tasks per priority level: the lanes'
+               subject counts in CRAWL_TASKS (waiting and held by a worker; jobstatus.py)
 frontier       the dispatch consumer's pending and unacked counts (the frontier backlog)
-tasks          pending and unacked over every shard, and how many tasks were ever published
+tasks          queued over every shard, per level, and how many tasks were ever published
+jobs           the jobs that are paused or cancelled (KV crawl_control)
 results, dead  message counts of CRAWL_RESULTS and CRAWL_DEAD
 hand-backs     from the workers' reports (KV crawl_workers): waiting tasks handed back to
                JetStream whose turn is still to come, and when the last is due; a crawl whose
                backlog is all such tasks is waiting on them, not stuck
 rates          results, dead letters and tasks per second between two snapshots: the watch
                interval, or ``--interval`` apart for a single status (0: no rates)
+--job NAME     that job's state, backlog, rate, pages and errors, without reading a result
 
 Like this command, a part of the CLI: it may read both etcd (``registry``) and JetStream.
 """
@@ -27,6 +30,7 @@ import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
+from jetcrawl.contract.control import RUNNING, JobControl
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
@@ -39,8 +43,9 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     WORKERS_BUCKET,
     WORKERS_STREAM,
-    shard_consumer,
 )
+from jetcrawl.ops.control import check_known, when
+from jetcrawl.ops.jobstatus import JobStatus, job_status, not_running, read_backlog, read_controls
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.registry import read_members, read_ownership
 
@@ -63,9 +68,11 @@ class WorkerRow:
 class ShardRow:
     shard: int
     owner: str | None
-    pending: int
-    unacked: int
-    redelivered: int
+    levels: list[int]  # queued tasks per priority level, 0 first
+
+    @property
+    def queued(self) -> int:
+        return sum(self.levels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +81,6 @@ class Rates:
     results_per_s: float
     dead_letters_per_s: float
     tasks_per_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobCounts:
-    job: str
-    results: int
-    by_outcome: dict[str, int]
-
-
-async def count_job(js: JetStreamContext, job: str) -> JobCounts:
-    """One job's results by outcome; reads every result record, so it costs O(results)."""
-    from jetcrawl.ops.results import Query, read_results
-
-    by_outcome: dict[str, int] = {}
-    async for result, _ in read_results(js, Query(job=job)):
-        by_outcome[result.outcome] = by_outcome.get(result.outcome, 0) + 1
-    return JobCounts(job, sum(by_outcome.values()), by_outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +96,8 @@ class Status:
     dead_letters: int
     reports: tuple[WorkerReport, ...] = ()  # the workers' latest, from KV crawl_workers
     rates: Rates | None = None
-    job: JobCounts | None = None  # with --job: that job's results, read from CRAWL_RESULTS
+    jobs: tuple[JobControl, ...] = ()  # every job's control record (KV crawl_control)
+    job: JobStatus | None = None  # with --job
 
     @property
     def handbacks_due(self) -> int:
@@ -148,20 +139,18 @@ class Status:
                 for w in self.workers
             ],
             "shards": [
-                {
-                    "shard": s.shard,
-                    "owner": s.owner,
-                    "pending": s.pending,
-                    "unacked": s.unacked,
-                    "redelivered": s.redelivered,
-                }
+                {"shard": s.shard, "owner": s.owner, "queued": s.queued, "levels": s.levels}
                 for s in self.shards
             ],
             "frontier": {"pending": self.frontier_pending, "unacked": self.frontier_unacked},
             "tasks": {
-                "pending": sum(s.pending for s in self.shards),
-                "unacked": sum(s.unacked for s in self.shards),
+                "queued": self.tasks_queued,
+                "levels": self._levels(),
                 "published": self.tasks_published,
+            },
+            "jobs": {
+                c.job: {"state": c.state, "since": c.at, "by": c.by, "purged": c.purged}
+                for c in self.jobs
             },
             "results": self.results,
             "dead_letters": self.dead_letters,
@@ -179,13 +168,7 @@ class Status:
                     for r in self.reports
                 },
             },
-            "job": None
-            if self.job is None
-            else {
-                "job": self.job.job,
-                "results": self.job.results,
-                "by_outcome": self.job.by_outcome,
-            },
+            "job": None if self.job is None else self.job.to_json(),
             "rates": None
             if self.rates is None
             else {
@@ -211,25 +194,33 @@ class Status:
         lines += [
             "",
             f"frontier      pending {self.frontier_pending}  unacked {self.frontier_unacked}",
-            f"tasks         pending {sum(s.pending for s in self.shards)}"
-            f"  unacked {sum(s.unacked for s in self.shards)}"
+            f"tasks         queued {self.tasks_queued}{_by_level(self._levels())}"
             f"  published {self.tasks_published}{_per_s(r.tasks_per_s if r else None)}",
             f"results       {self.results}{_per_s(r.results_per_s if r else None)}",
             f"dead letters  {self.dead_letters}{_per_s(r.dead_letters_per_s if r else None)}",
             f"hand-backs    {self._handbacks()}",
         ]
+        for c in not_running(self.jobs):
+            if self.job is None or c.job != self.job.control.job:  # shown in full below
+                lines.append(f"job {c.job}  {c.state} since {when(c.at)} by {c.by or '?'}")
         if self.job is not None:
-            outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.job.by_outcome.items()))
-            lines.append(f"job {self.job.job}  results {self.job.results} ({outcomes or '-'})")
+            lines += ["", *self.job.lines()]
         lines += [
             "",
             "shards",
         ]
         lines += _columns(
-            ["SHARD", "OWNER", "PENDING", "UNACKED", "REDELIVERED"],
-            [[s.shard, s.owner or "-", s.pending, s.unacked, s.redelivered] for s in self.shards],
+            ["SHARD", "OWNER", "QUEUED", *(f"P{level}" for level in range(len(self._levels())))],
+            [[s.shard, s.owner or "-", s.queued, *s.levels] for s in self.shards],
         )
         return "\n".join(lines) + "\n"
+
+    @property
+    def tasks_queued(self) -> int:
+        return sum(s.queued for s in self.shards)
+
+    def _levels(self) -> list[int]:
+        return [sum(column) for column in zip(*(s.levels for s in self.shards), strict=True)]
 
     def _handbacks(self) -> str:
         total = sum(r.handed_back for r in self.reports)
@@ -271,18 +262,11 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
     tasks = await js.stream_info(TASKS_STREAM)
     recorded = (tasks.config.metadata or {}).get(SHARDS_METADATA_KEY)
     shard_count = int(recorded) if recorded else settings.shards
-    shards = []
-    for shard in range(shard_count):
-        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
-        shards.append(
-            ShardRow(
-                shard=shard,
-                owner=owners.get(shard),
-                pending=info.num_pending or 0,
-                unacked=info.num_ack_pending or 0,
-                redelivered=info.num_redelivered or 0,
-            )
-        )
+    backlog = await read_backlog(js)
+    shards = tuple(
+        ShardRow(shard, owners.get(shard), backlog.by_level(shard=shard))
+        for shard in range(shard_count)
+    )
     dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
     results = await js.stream_info(RESULTS_STREAM)
     dead = await js.stream_info(DEAD_STREAM)
@@ -299,18 +283,26 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
         )
         for info in members.values()
     )
+    reports = await read_reports(js)
+    jobs = await read_controls(js)
+    one_job = None
+    if job is not None:
+        # A job without a record runs (contract/control.py).
+        control = next((c for c in jobs if c.job == job), JobControl(job, RUNNING, 0.0))
+        one_job = job_status(control, backlog, reports, live=members.keys())
     return Status(
         at=at,
         cluster=settings.cluster,
         workers=workers,
-        shards=tuple(shards),
+        shards=shards,
         frontier_pending=dispatch.num_pending or 0,
         frontier_unacked=dispatch.num_ack_pending or 0,
         tasks_published=tasks.state.last_seq,
         results=results.state.messages,
         dead_letters=dead.state.messages,
-        reports=await read_reports(js),
-        job=await count_job(js, job) if job is not None else None,
+        reports=reports,
+        jobs=jobs,
+        job=one_job,
     )
 
 
@@ -327,6 +319,8 @@ async def run_status(
     nc = await connect(settings, "jetcrawl-status", give_up_s=settings.command_timeout_s)
     try:
         js = nc.jetstream()
+        if job is not None:
+            await check_known(js, settings, job)  # a typo is one line, exit 2
         previous = await read_status(settings, js, job)
         if watch_s is None and interval_s <= 0:
             _show(previous, as_json, out, clear=False)
@@ -366,6 +360,11 @@ def _age(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _by_level(levels: list[int]) -> str:
+    shown = ", ".join(f"P{level} {n}" for level, n in enumerate(levels) if n)
+    return f" ({shown})" if shown else ""
 
 
 def _per_s(rate: float | None) -> str:
