@@ -5,11 +5,11 @@ one client pushes each kind of message a crawled page causes through jetcrawl's 
 (pipelined, ``BATCH`` at a time, each with its ``Nats-Msg-Id``) and pulls what the services pull
 (``fetch(BATCH)`` and a plain ``ack()`` each, as the worker does):
 
-    task publish        dispatcher -> crawl.tasks.<shard>
+    task publish        dispatcher -> crawl.tasks.<shard>.<level>.<job> (one lane per shard)
     seen create         dispatcher -> $KV.crawl_seen.<fp> (expected last subject sequence 0)
     result publish      worker -> crawl.results.<shard>
     links publish       worker -> crawl.discovered (one message of ~30 links per page)
-    task pull + ack     worker, over every shard consumer
+    task pull + ack     worker, over every shard's lane consumer
     links pull + ack    dispatcher, on the "dispatch" consumer
 
 For each: messages per second from this one Python client, and CPU microseconds per message of
@@ -33,7 +33,14 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from bench.procs import cpu_seconds, self_cpu_s
-from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
+from jetcrawl.contract.messages import (
+    DEFAULT_JOB,
+    DEFAULT_PRIORITY,
+    Discovered,
+    Lineage,
+    Result,
+    Task,
+)
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
     DISCOVERED,
@@ -41,8 +48,8 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     SEEN_SUBJECT_PREFIX,
     TASKS_STREAM,
+    lane_config,
     result_subject,
-    shard_consumer,
     task_subject,
 )
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
@@ -179,6 +186,11 @@ async def _phases(
         for i, (url, fp) in enumerate(zip(urls, fps, strict=True))
     ]
 
+    # The lanes' consumers, as a shard's owner makes them when it sees tasks there.
+    lanes = [lane_config(settings, s, DEFAULT_PRIORITY, DEFAULT_JOB) for s in sorted(per_shard)]
+    for lane in lanes:
+        await js.add_consumer(TASKS_STREAM, lane)
+
     async def measure(name: str, size: int, work: Callable[[], Awaitable[None]]) -> Phase:
         server_before, client_before = cpu_seconds(server_pid), self_cpu_s()
         started = time.perf_counter()
@@ -204,7 +216,11 @@ async def _phases(
             "task pull + ack",
             len(tasks[0].payload),
             lambda: _pull(
-                js, [(TASKS_STREAM, shard_consumer(s), c) for s, c in sorted(per_shard.items())]
+                js,
+                [
+                    (TASKS_STREAM, lane.durable_name or "", per_shard[s])
+                    for s, lane in zip(sorted(per_shard), lanes, strict=True)
+                ],
             ),
         ),
         await measure(
