@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.errors import TopologyError, TopologyUnavailable
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import Topology, as_cli_json
+from jetcrawl.contract.topology import Topology, as_cli_json, lane_config
 from jetcrawl.local.embedded import NatsCluster, NatsServer
 from jetcrawl.plumbing.topology import ensure
 from tests.support.streams import eventually
@@ -71,7 +71,7 @@ async def test_printed_topology_is_accepted_back_and_matches_ours(
 
     # A service starting against what the CLI made finds it right: no error, nothing changed.
     await ensure(js, Settings(nats_url=nats_server.url, shards=4))
-    assert (await js.stream_info("CRAWL_TASKS")).config.subjects == ["crawl.tasks.*"]
+    assert (await js.stream_info("CRAWL_TASKS")).config.subjects == ["crawl.tasks.>"]
 
 
 def test_write_emits_one_file_per_definition_and_the_commands(tmp_path: Path) -> None:
@@ -82,9 +82,9 @@ def test_write_emits_one_file_per_definition_and_the_commands(tmp_path: Path) ->
         text=True,
     ).stdout.splitlines()
     assert f"nats stream add CRAWL_TASKS --config {tmp_path / 'stream-CRAWL_TASKS.json'}" in out
-    assert any(line.startswith("nats consumer add CRAWL_TASKS shard-1 --config") for line in out)
-    written = orjson.loads((tmp_path / "consumer-CRAWL_TASKS-shard-1.json").read_bytes())
-    assert written["filter_subject"] == "crawl.tasks.1"
+    assert any(line.startswith("nats consumer add CRAWL_FRONTIER dispatch ") for line in out)
+    written = orjson.loads((tmp_path / "stream-CRAWL_TASKS.json").read_bytes())
+    assert written["subjects"] == ["crawl.tasks.>"]
     assert len(list(tmp_path.iterdir())) == len(out)
 
 
@@ -120,9 +120,14 @@ def _writes(requests: list[str]) -> list[str]:
 async def test_ensure_on_a_topology_in_place_changes_nothing_and_asks_little(
     nc: NATS, js: JetStreamContext, nats_server: NatsServer
 ) -> None:
-    # 300 shards: the task stream's consumers fill more than one page of the list API (256).
+    # 300 shards: the lane consumers a crawl made fill more than one page of the list API (256);
+    # ensure makes none of them (their shards' owners do), and leaves them as they are.
     settings = Settings(nats_url=nats_server.url, shards=300)
-    assert len(_writes(await _requests_of(nc, js, settings))) > 300  # every stream and consumer
+    topology = Topology.from_settings(settings)
+    made = _writes(await _requests_of(nc, js, settings))
+    assert len(made) == len(topology.streams) + len(topology.consumers), made
+    for shard in range(300):
+        await js.add_consumer("CRAWL_TASKS", lane_config(settings, shard, 2, "default"))
     asked = await _requests_of(nc, js, settings)
     assert not _writes(asked), asked
     assert len(asked) < 20, asked  # lists, not one request per consumer
@@ -136,19 +141,19 @@ async def test_ensure_puts_back_what_was_changed_by_hand(
     results = (await js.stream_info("CRAWL_RESULTS")).config
     results.max_age = 3600.0  # a limit where we declare none
     await js.update_stream(results)
-    shard = (await js.consumer_info("CRAWL_TASKS", "shard-2")).config
-    shard.max_ack_pending = 7
-    await js.add_consumer("CRAWL_TASKS", shard)
+    dispatch = (await js.consumer_info("CRAWL_FRONTIER", "dispatch")).config
+    dispatch.max_ack_pending = 7
+    await js.add_consumer("CRAWL_FRONTIER", dispatch)
 
     writes = _writes(await _requests_of(nc, js, settings))
 
     # Only what was changed is written (a stream is created, or else updated).
-    assert {w.rsplit(".", 1)[-1] for w in writes} == {"CRAWL_RESULTS", "shard-2"}, writes
+    assert {w.rsplit(".", 1)[-1] for w in writes} == {"CRAWL_RESULTS", "dispatch"}, writes
     assert not (await js.stream_info("CRAWL_RESULTS")).config.max_age
     declared = next(
-        c for _, c in Topology.from_settings(settings).consumers if c.durable_name == "shard-2"
+        c for _, c in Topology.from_settings(settings).consumers if c.durable_name == "dispatch"
     )
-    restored = (await js.consumer_info("CRAWL_TASKS", "shard-2")).config
+    restored = (await js.consumer_info("CRAWL_FRONTIER", "dispatch")).config
     assert restored.max_ack_pending == declared.max_ack_pending != 7
 
 

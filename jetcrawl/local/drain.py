@@ -22,8 +22,8 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     POISON_CONSUMER,
     RESULTS_STREAM,
+    TASKS_PREFIX,
     TASKS_STREAM,
-    shard_consumer,
 )
 
 WATCHED_STREAMS = (FRONTIER_STREAM, TASKS_STREAM, RESULTS_STREAM, DEAD_STREAM)
@@ -38,12 +38,13 @@ SETTLE_CHECK_S = 0.1
 # crawl that keeps a small backlog for long is not asked ten times a second.
 NEARLY_IDLE = 8
 NEARLY_IDLE_FOR_S = 2.0
+CONSUMERS_PAGE = 256  # consumers nats-server lists per request
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     last_seqs: tuple[int, ...]  # per WATCHED_STREAMS
-    # Pending + unacked on the dispatch and poison consumers, and over every shard consumer; the
+    # Pending + unacked on the dispatch and poison consumers, and over every lane; the
     # work queues' message counts (an upper bound) when snapshot() could take its shortcut.
     frontier_backlog: int
     task_backlog: int
@@ -89,10 +90,7 @@ async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None 
     else:
         dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
         frontier_backlog = (dispatch.num_pending or 0) + (dispatch.num_ack_pending or 0)
-        task_backlog = 0
-        for shard in range(shards):
-            info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
-            task_backlog += (info.num_pending or 0) + (info.num_ack_pending or 0)
+        task_backlog = await _lanes_backlog(js)
     return Snapshot(
         last_seqs=tuple(last_seqs),
         frontier_backlog=frontier_backlog + poison_backlog,
@@ -100,6 +98,25 @@ async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None 
         results=counts[RESULTS_STREAM],
         dead=counts[DEAD_STREAM],
     )
+
+
+async def _lanes_backlog(js: JetStreamContext) -> int:
+    """Pending + unacked over the lanes' consumers; a lane no consumer takes yet (its shard's
+    owner has not made it) counts all its tasks."""
+    info = await js.stream_info(TASKS_STREAM, subjects_filter=f"{TASKS_PREFIX}>")
+    counts = dict(info.state.subjects or {})
+    backlog = 0
+    listed = 0
+    while True:  # the server lists up to 256 consumers a page
+        page = await js.consumers_info(TASKS_STREAM, offset=listed)
+        for consumer in page:
+            subject = consumer.config.filter_subject
+            if subject in counts:
+                del counts[subject]
+                backlog += (consumer.num_pending or 0) + (consumer.num_ack_pending or 0)
+        listed += len(page)
+        if len(page) < CONSUMERS_PAGE:
+            return backlog + sum(counts.values())
 
 
 class Cadence:

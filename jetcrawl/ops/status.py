@@ -39,7 +39,7 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     WORKERS_BUCKET,
     WORKERS_STREAM,
-    shard_consumer,
+    lane_of,
 )
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.registry import read_members, read_ownership
@@ -271,18 +271,20 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
     tasks = await js.stream_info(TASKS_STREAM)
     recorded = (tasks.config.metadata or {}).get(SHARDS_METADATA_KEY)
     shard_count = int(recorded) if recorded else settings.shards
-    shards = []
-    for shard in range(shard_count):
-        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
-        shards.append(
-            ShardRow(
-                shard=shard,
-                owner=owners.get(shard),
-                pending=info.num_pending or 0,
-                unacked=info.num_ack_pending or 0,
-                redelivered=info.num_redelivered or 0,
-            )
-        )
+    per_shard: dict[int, list[int]] = {}  # shard -> [pending, unacked, redelivered]
+    for info in await js.consumers_info(TASKS_STREAM):
+        try:
+            shard = lane_of(info.config.filter_subject or "")[0]
+        except ValueError:
+            continue
+        row = per_shard.setdefault(shard, [0, 0, 0])
+        row[0] += info.num_pending or 0
+        row[1] += info.num_ack_pending or 0
+        row[2] += info.num_redelivered or 0
+    shards = [
+        ShardRow(shard, owners.get(shard), *per_shard.get(shard, [0, 0, 0]))
+        for shard in range(shard_count)
+    ]
     dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
     results = await js.stream_info(RESULTS_STREAM)
     dead = await js.stream_info(DEAD_STREAM)
