@@ -141,8 +141,9 @@ class Intake:
             max_depth=(
                 seed.max_depth if seed.max_depth is not None else self._settings.default_max_depth
             ),
+            priority=seed.priority,
         )
-        return Task(url=url, fp=fingerprint(url), depth=0, lineage=lineage, parent=None)
+        return Task(url, fingerprint(url), 0, lineage, None, prio=seed.priority)
 
     def _link(self, link: str) -> _Link:
         """What the intake needs of a link, remembered: links repeat from page to page."""
@@ -180,6 +181,7 @@ class Intake:
         job = lineage.job
         any_scope = lineage.scope == "any"
         tasks = reading.tasks
+        levels = page.priorities  # the levels a plugin gave links
         for link in page.links:
             try:
                 url, fp, repeated = self._link(link)
@@ -197,4 +199,4 @@ class Intake:
             if known is not None and known(seen_key(job, url, fp)) is not None:
                 reading.known += 1  # most links: no Task object, no further look
                 continue
-            tasks.append(Task(url, fp, page.depth, lineage, page.parent))
+            tasks.append(Task(url, fp, page.depth, lineage, page.parent, 0, levels.get(link)))

@@ -22,6 +22,10 @@ specs seeds carry inline before it admits them, and drops the links a job's spec
 (:mod:`jetcrawl.dispatcher.jobrules`) before any seen mark is made; a spec's ``max_pages`` and
 ``recrawl_after_s`` replace the settings' for its job.
 
+Priorities and job states: each task is published on its lane, ``crawl.tasks.<shard>.<level>.<job>``
+(its level from :func:`jetcrawl.dispatcher.jobrules.level_of`); the input of a job cancelled in KV
+``crawl_control`` is dropped (counted), never admitted.
+
 A message that runs out of deliveries becomes a dead letter (:mod:`jetcrawl.dispatcher.poison`);
 replayed, it carries the sequences it came from (``Jetcrawl-Origin``), and the tasks of marks that
 carry any of them are published as on a redelivery.
@@ -62,6 +66,7 @@ from jetcrawl.dispatcher.tracing import BatchTrace
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
+from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
 from jetcrawl.plumbing.specs import SpecStore, SpecWatch
@@ -92,6 +97,7 @@ class DispatchStats:
     over_host_limit: int = 0  # ... because their host reached max_urls_per_host in the job
     traps: int = 0  # links dropped by the spider-trap guard (repeated path segments)
     not_followed: int = 0  # links their job's spec does not follow (link rules, extensions)
+    cancelled: int = 0  # URLs of cancelled jobs dropped
 
 
 class Dispatcher:
@@ -113,6 +119,7 @@ class Dispatcher:
         self.poison: PoisonCollector | None = None  # max-deliveries advisories -> dead letters
         self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
         self._specs_store: SpecStore | None = None  # for the specs seeds carry inline
+        self.control: ControlWatch | None = None  # job run states: a cancelled job's input goes
         # lifecycle
         self._stopping = asyncio.Event()
         self._cut = Cut()  # set with _stopping: a pull waiting for work returns at once
@@ -161,6 +168,7 @@ class Dispatcher:
         await self.poison.start()
         self.specs = SpecWatch(self._js)
         self._specs_store = await SpecStore.open(self._js)
+        self.control = ControlWatch(self._js)
 
     def stop(self) -> None:
         """Stop taking new batches; the batch in hand is finished."""
@@ -185,10 +193,13 @@ class Dispatcher:
     async def run(self) -> None:
         """The frontier intake, and the poison-task collector beside it, until ``stop()``."""
         assert self.poison is not None and self.specs is not None, "start() first"
+        assert self.control is not None, "start() first"
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.poison.run(self._stopping))
             tg.create_task(self.specs.run(self._stopping))
+            tg.create_task(self.control.run(self._stopping))
             await self.specs.wait_ready()  # no URL is admitted without its job's spec
+            await self.control.wait_ready()  # nor a cancelled job's
             await self._pull_frontier()
 
     async def _pull_frontier(self) -> None:
@@ -235,9 +246,10 @@ class Dispatcher:
         try:
             await self._store_specs(readings)
             for reading in readings:
-                followed = follow(reading, self._spec)
+                followed = follow(reading, self._spec, self._settings.default_priority)
                 self.stats.not_followed += followed.not_followed
                 self.stats.too_deep += followed.too_deep
+                self._drop_cancelled(reading)
             tasks = await self._admit(seqs, owned, readings)
         except SeenSetUnavailable as e:
             log.warning("seen set unavailable, retrying %d messages: %s", len(msgs), e)
@@ -250,7 +262,8 @@ class Dispatcher:
         owners: list[int] = []
         for i, task in tasks:
             shard = shard_of(host_of(task.url), self._settings.shards)
-            outgoing.append(Outgoing(task_subject(shard), task.to_wire(), {MSG_ID: task.crawl_id}))
+            subject = task_subject(shard, task.level, task.lineage.job)
+            outgoing.append(Outgoing(subject, task.to_wire(), {MSG_ID: task.crawl_id}))
             owners.append(i)
         for i, (msg, reading) in enumerate(zip(msgs, readings, strict=True)):
             seq = seqs[i]
@@ -292,6 +305,13 @@ class Dispatcher:
         trace.finish(failed, tasks, [len(r.rejections) for r in readings], "publish failed")
         await asyncio.gather(*finishes)
         await self._notify()
+
+    def _drop_cancelled(self, reading: Reading) -> None:
+        gone = self.control.cancelled() if self.control is not None else ()
+        if gone:
+            kept = [t for t in reading.tasks if t.lineage.job not in gone]
+            self.stats.cancelled += len(reading.tasks) - len(kept)
+            reading.tasks = kept
 
     def _retry(self, msg: Msg) -> Awaitable[None]:
         """Hand ``msg`` back, to come again after ``retry_delay_s`` of its deliveries."""

@@ -73,8 +73,8 @@ async def tasks_by_url(js: JetStreamContext) -> dict[str, tuple[str, Task, dict[
     return out
 
 
-def expected_subject(url: str) -> str:
-    return f"crawl.tasks.{shard_of(host_of(url), SHARDS)}"
+def expected_subject(url: str, job: str = "default") -> str:
+    return f"crawl.tasks.{shard_of(host_of(url), SHARDS)}.2.{job}"
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ async def test_each_seed_format_becomes_exactly_the_expected_tasks(
     tasks = await tasks_by_url(js)
     assert sorted(tasks) == sorted(expected)
     for url, (subject, task, headers) in tasks.items():
-        assert subject == expected_subject(url)
+        assert subject == expected_subject(url, task.lineage.job)
         assert task.fp == fingerprint(url)
         assert headers["Nats-Msg-Id"] == task.seen_key  # the fingerprint, within a named job
         assert (task.seen_key == task.fp) == (task.lineage.job == "default")

@@ -102,7 +102,7 @@ async def finish(
         for service in mesh.services.values():
             if service.name not in exited and service.proc.returncode is not None:
                 pytest.fail(f"{service.name} died:\n{service.log()[-4000:]}")
-        current = await snapshot(mesh.js)
+        current = await snapshot(mesh.js, mesh.settings.shards)
         done = current.settled_after(previous[0])
         previous[0] = current
         return done

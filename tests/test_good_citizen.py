@@ -22,14 +22,14 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 from jetcrawl.contract.deadletters import DeadLetter
-from jetcrawl.contract.messages import Result, Task, WorkerReport
+from jetcrawl.contract.messages import DEFAULT_JOB, DEFAULT_PRIORITY, Result, Task, WorkerReport
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
     DEAD_STREAM,
     RESULTS_STREAM,
     SEEDS,
     TASKS_STREAM,
-    shard_consumer,
+    lane_consumer,
 )
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.drain import Snapshot, snapshot
@@ -95,7 +95,7 @@ async def drained(js: JetStreamContext, shards: int = SHARDS, within_s: float = 
 
     async def settled() -> bool:
         nonlocal previous, current
-        previous, current = current, await snapshot(js)
+        previous, current = current, await snapshot(js, shards)
         return current.settled_after(previous)
 
     await eventually(settled, within_s)
@@ -116,12 +116,8 @@ async def dead_letters(js: JetStreamContext) -> list[DeadLetter]:
     return [DeadLetter.from_wire(m.data) for m in await stored(js, DEAD_STREAM)]
 
 
-async def redelivered(js: JetStreamContext, shards: int = SHARDS) -> int:
-    total = 0
-    for shard in range(shards):
-        info = await js.consumer_info(TASKS_STREAM, shard_consumer(shard))
-        total += info.num_redelivered or 0
-    return total
+async def redelivered(js: JetStreamContext) -> int:
+    return sum(info.num_redelivered or 0 for info in await js.consumers_info(TASKS_STREAM))
 
 
 def page(*links: str, title: str = "p") -> str:
@@ -336,7 +332,9 @@ async def test_a_revoked_shard_hands_its_waiting_tasks_back_at_the_drain_deadlin
 
         await eventually(waiting)
         await worker.on_revoke(0)  # they would wait 5 s and more: cancelled at 0.5 s
-        next_owner = await js.pull_subscribe_bind(shard_consumer(0), stream=TASKS_STREAM)
+        next_owner = await js.pull_subscribe_bind(
+            lane_consumer(0, DEFAULT_PRIORITY, DEFAULT_JOB), stream=TASKS_STREAM
+        )
         taken = await next_owner.fetch(3, timeout=3)  # at once, not after AckWait (10 s)
         assert sorted(Task.from_wire(m.data).url for m in taken) == [
             slow.url(f"/p{n}") for n in range(3)

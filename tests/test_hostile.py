@@ -142,7 +142,7 @@ async def _drained(js: JetStreamContext, shards: int) -> None:
 
     async def settled() -> bool:
         nonlocal previous
-        current = await snapshot(js)
+        current = await snapshot(js, shards)
         done = current.settled_after(previous)
         previous = current
         return done

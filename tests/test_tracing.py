@@ -109,7 +109,7 @@ async def test_one_seed_reads_as_one_story_across_processes(
     assert seed.trace_id == intake.trace_id, "the result names the trace it was crawled in"
 
     # dispatch -> the task's publish, a child in the same trace.
-    task_subject = f"crawl.tasks.{seed.shard}"
+    task_subject = f"crawl.tasks.{seed.shard}.2.default"
     publish = one([s for s in trace if s.name == f"publish {task_subject}"])
     assert child_of(publish, intake) and publish.kind == "PRODUCER"
     messaging(publish, task_subject, "send")
@@ -190,7 +190,8 @@ async def test_one_seed_reads_as_one_story_across_processes(
         result = by_url[str(span.attributes["jetcrawl.url"])]
         assert span.resource["service.instance.id"] == result.worker
         parent = receiver.get(span.parent_span_id)
-        assert parent.service == DISPATCHER and parent.name == f"publish crawl.tasks.{result.shard}"
+        published = f"publish crawl.tasks.{result.shard}.2.default"
+        assert parent.service == DISPATCHER and parent.name == published
         if result.depth > 0:
             assert parent.is_root and len(parent.links) == 1
     gets = [s for s in spans if s.name == "GET"]

@@ -67,6 +67,11 @@ class Capacity:
         self._used += 1
         return True
 
+    def force_take(self) -> None:
+        """Take one slot even beyond the limit: a task parked without its place (a paused job's,
+        :mod:`jetcrawl.worker.parking`) takes it back when it goes on; the loops see less room."""
+        self._used += 1
+
     def release(self) -> None:
         self._used -= 1
         assert self._used >= 0, "released more slots than taken"

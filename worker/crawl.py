@@ -10,6 +10,10 @@ waiting is not an attempt. Failures worth retrying are handed back with ``nak(de
 (:mod:`jetcrawl.worker.retry`) while the URL's budget lasts; then the failure is the task's
 result, and a ``CRAWL_DEAD`` record (stage ``fetch``, reason ``retries_exhausted``) keeps the
 task for ``jetcrawl dlq replay``. A failure not worth retrying is just the result.
+
+A task's job may be paused or cancelled (KV ``crawl_control``) while the task is held: before
+robots.txt and again at its host's turn, a paused job's task is parked
+(:mod:`jetcrawl.worker.parking`) and a cancelled job's is settled: acked, nothing fetched.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_
 from jetcrawl.plumbing.backoff import backoff_s
 from jetcrawl.plumbing.bodies import BodyStore, payload_digest
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed
+from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
@@ -55,11 +60,14 @@ from jetcrawl.worker.outcome import (
     Attempt,
     Done,
     Ownership,
+    Settled,
 )
 from jetcrawl.worker.pageout import job_output
 from jetcrawl.worker.pages import Got, PageFetcher
+from jetcrawl.worker.parking import LEAVING, Parking
 from jetcrawl.worker.parse import Page, extract
 from jetcrawl.worker.politeness import Deferred, Politeness, Turn
+from jetcrawl.worker.report import JobTally
 from jetcrawl.worker.retry import (
     ROBOTS_UNAVAILABLE,
     SOFT_BLOCK,
@@ -87,7 +95,7 @@ PUBLISH_RETRY_MAX_S = 5.0  # ... up to this, while NATS does not answer
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
-Outcome = Done | Again
+Outcome = Done | Again | Settled
 EXTRACT_DEAD_SUBJECT = dead_subject(STAGE_EXTRACT)
 
 
@@ -112,6 +120,8 @@ class CrawlStats:
     rendered: int = 0  # pages whose links came from a browser's DOM
     items: int = 0  # items of stored pages (crawl.items.<job>)
     extract_failures: int = 0  # a job's extraction or plugin failed on a page: dead letters
+    settled: int = 0  # tasks of cancelled jobs acked unfetched
+    parked: int = 0  # times a task of a paused job was parked
 
 
 class TaskProcessor:
@@ -128,8 +138,12 @@ class TaskProcessor:
         validators: Validators | None = None,
         pages: PageFetcher | None = None,
         jobs: Jobs | None = None,
+        control: tuple[ControlWatch, Parking] | None = None,
     ) -> None:
         self._settings = settings
+        # job run states, and where a paused job's tasks wait (None: every job runs)
+        self._control = control
+        self.tally = JobTally()  # each job's pages, errors and settled tasks here
         # the fetch under each job's policy: User-Agent, proxies, soft blocks, rendering
         self._pages = pages or PageFetcher(settings, fetcher, None)
         self._jobs = jobs  # job specs compiled (None: every job crawls as the default one)
@@ -221,16 +235,40 @@ class TaskProcessor:
 
     async def _crawl(self, a: Attempt, abandoned: asyncio.Event) -> Outcome:
         """robots -> politeness -> fetch -> page: each step gives the next one what it needs,
-        or the task's outcome."""
-        verdict = await self._robots_step(a)
-        if not isinstance(verdict, RobotsVerdict):
-            return verdict
-        turn = await self._turn_step(a, verdict, abandoned)
-        if not isinstance(turn, Turn):
-            return turn
+        or the task's outcome. Its job's state is looked at first and again at the turn."""
+        while True:
+            stop = await self._job_runs(a, abandoned)
+            if stop is not None:
+                return stop
+            verdict = await self._robots_step(a)
+            if not isinstance(verdict, RobotsVerdict):
+                return verdict
+            turn = await self._turn_step(a, verdict, abandoned)
+            if not isinstance(turn, Turn):
+                return turn
+            if self._control is None or self._control[0].runs(a.task.lineage.job):
+                break
+            self._politeness.done(turn)  # paused or cancelled while it waited for the host
         delay_s = self._politeness.delay_for(verdict.crawl_delay_s)
         fetched, pause_s = await self._fetch_step(a, turn, delay_s)
         return await self._page_step(a, fetched, pause_s)
+
+    async def _job_runs(self, a: Attempt, abandoned: asyncio.Event) -> Outcome | None:
+        """None if the task's job runs (after a pause, if it was paused); else its outcome."""
+        if self._control is None:
+            return None
+        control, parking = self._control
+        job = a.task.lineage.job
+        state: str = control.state(job)
+        if state == "paused":
+            self._waits(a.seq, a.task.url, "job paused")
+            self.stats.parked += 1
+            state = await parking.park(job, a.owner.shard, abandoned)
+        if state == "cancelled":
+            return Settled(job)
+        if state == LEAVING:
+            return Again(0.0, "job paused, shard let go", AGAIN_AT_ONCE)
+        return None
 
     async def _robots_step(self, a: Attempt) -> RobotsVerdict | Outcome:
         self._waits(a.seq, a.task.url, "robots.txt")
@@ -332,7 +370,7 @@ class TaskProcessor:
         if got.rendered:
             result = dataclasses.replace(result, rendered=True)
         if job is None:
-            return Done(result, self._discovered(a.task, fetched, page))
+            return Done(result, self._discovered(a.task, fetched, page, {}))
         if self._spec_versions.setdefault(a.task.lineage.job, job.version) != job.version:
             self._spec_versions[a.task.lineage.job] = job.version
             self._sent = SentLinks(self._settings.link_memory, self._settings.recrawl_after_s)
@@ -342,18 +380,19 @@ class TaskProcessor:
             if got.dom is None
             else dataclasses.replace(fetched, body=got.dom, charset="utf-8")
         )
-        outputs, page = self._job_step(a, read, page, job)
-        return Done(result, self._discovered(a.task, fetched, page), outputs=outputs)
+        outputs, page, levels = self._job_step(a, read, page, job)
+        return Done(result, self._discovered(a.task, fetched, page, levels), outputs=outputs)
 
     def _job_step(
         self, a: Attempt, fetched: Fetched, page: Page | None, job: CompiledJob
-    ) -> tuple[tuple[Outgoing, ...], Page | None]:
-        """The job's items, failures and other jobs' links to publish, and the page with the
-        links its plugins add; a page of a type the job does not process gives no links."""
+    ) -> tuple[tuple[Outgoing, ...], Page | None, dict[str, int]]:
+        """The job's items, failures and other jobs' links to publish, the page with the
+        links its plugins add, and the levels they gave some of them; a page of a type the job
+        does not process gives no links."""
         if not job.spec.processes(fetched.content_type):
-            return (), None
+            return (), None, {}
         if page is None or not fetched.body:
-            return (), page
+            return (), page, {}
         out = job_output(
             job,
             a.msg,
@@ -369,7 +408,7 @@ class TaskProcessor:
         added = [link for link in out.links if link != a.task.url]
         if added:
             page = dataclasses.replace(page, links=tuple(dict.fromkeys((*page.links, *added))))
-        return tuple(out.outputs), page
+        return tuple(out.outputs), page, out.levels
 
     def _blocked(self, a: Attempt, got: Got) -> Outcome:
         """A soft block is no page: recorded as ``blocked``, or retried later (``on_block:
@@ -426,6 +465,11 @@ class TaskProcessor:
                 a.msg, a.task, outcome.result, outcome.links, outcome.letter, outcome.outputs
             )
             return
+        if isinstance(outcome, Settled):
+            await self._outbox.ack(a.msg)
+            self.stats.settled += 1
+            self.tally.settled(outcome.job)
+            return
         if outcome.kind == AGAIN_AT_ONCE:
             await self._outbox.nak(a.msg)
             return
@@ -461,8 +505,11 @@ class TaskProcessor:
 
     # ------------------------------------------------------------------ building records
 
-    def _discovered(self, task: Task, fetched: Fetched, page: Page | None) -> Discovered | None:
-        """The page's links one level deeper, or a redirect's target at the same depth."""
+    def _discovered(
+        self, task: Task, fetched: Fetched, page: Page | None, levels: dict[str, int]
+    ) -> Discovered | None:
+        """The page's links one level deeper (with the levels plugins gave some of them), or a
+        redirect's target at the same depth."""
         lineage = task.lineage
         if fetched.location is not None:
             # A redirect hop is not a link: its target keeps the source's depth.
@@ -492,7 +539,8 @@ class TaskProcessor:
             )
         if not links:
             return None
-        return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
+        given = {link: levels[link] for link in links if link in levels} if levels else {}
+        return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links, given))
 
     def _unsent(self, found: Discovered) -> Discovered | None:
         """``found`` without the links this worker has sent already (None if none is left).
@@ -580,6 +628,7 @@ class TaskProcessor:
         await self._outbox.ack(msg)
         self._first_tried.pop(seq, None)
         self.stats.tasks += 1
+        self.tally.result(task.lineage.job, result.outcome)
         self._telemetry.finished(result)
         if links is not None:  # counted as published by the discovered outbox
             self._sent.sent(links.lineage, links.depth, links.links)

@@ -1,9 +1,10 @@
 """What a task's steps end in: an outcome the worker carries out (:mod:`jetcrawl.worker.crawl`).
 
 Each step (robots, politeness, fetch, page) returns what the next one needs, or an outcome:
-``Done`` (a result to store, with the page's links and maybe a dead letter, then the ack) or
+``Done`` (a result to store, with the page's links and maybe a dead letter, then the ack),
 ``Again`` (the task handed back to JetStream: at once, as a politeness hand-back, or for
-another attempt). The I/O of an outcome is in one place, ``TaskProcessor._carry_out``.
+another attempt) or ``Settled`` (acked unfetched: its job was cancelled). The I/O of an
+outcome is in one place, ``TaskProcessor._carry_out``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.messages import Discovered, Result, Task
 from jetcrawl.plumbing.bus import Outgoing
 
-__all__ = ["AGAIN_AT_ONCE", "AGAIN_HANDED_BACK", "AGAIN_RETRY", "Again", "Attempt", "Done"]
+__all__ = [
+    "AGAIN_AT_ONCE",
+    "AGAIN_HANDED_BACK",
+    "AGAIN_RETRY",
+    "Again",
+    "Attempt",
+    "Done",
+    "Settled",
+]
 
 AGAIN_AT_ONCE: Final = "at_once"  # the lease is lost: the next owner takes it now (no attempt)
 AGAIN_HANDED_BACK: Final = "handed_back"  # its host is busy beyond AckWait: a deferral (no attempt)
@@ -60,3 +69,10 @@ class Again:
     delay_s: float
     why: str  # what the task waits for meanwhile (the progress's tail)
     kind: AgainKind
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Acked with no fetch and no record: the task's job was cancelled."""
+
+    job: str

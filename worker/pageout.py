@@ -39,6 +39,7 @@ __all__ = ["JobOutput", "job_output"]
 class JobOutput:
     outputs: list[Outgoing] = field(default_factory=list)  # items, dead letters, other jobs' links
     links: list[str] = field(default_factory=list)  # canonical links of the page's own job
+    levels: dict[str, int] = field(default_factory=dict)  # of those, the levels plugins gave
     items: int = 0
     failures: int = 0
     invalid_links: int = 0  # plugin links that are no URL jetcrawl crawls: left out
@@ -97,6 +98,7 @@ def job_output(
         )
         out.outputs.append(to_outgoing(letter, f"dead-{crawl_id}-{failure.source}"))
     others: dict[str, list[str]] = {}
+    other_levels: dict[str, dict[str, int]] = {}
     for link in ran.links:
         try:
             url = rules.canonicalize(link.url, base=fetched.final_url)
@@ -105,11 +107,22 @@ def job_output(
             continue
         if link.job in (None, name):
             out.links.append(url)
+            if link.priority is not None:
+                out.levels[url] = link.priority
         else:
             others.setdefault(link.job, []).append(url)
+            if link.priority is not None:
+                other_levels.setdefault(link.job, {})[url] = link.priority
     for other, urls in others.items():
         lineage = dataclasses.replace(task.lineage, job=other)
-        found = Discovered(task.url, task.fp, task.depth + 1, lineage, tuple(dict.fromkeys(urls)))
+        found = Discovered(
+            task.url,
+            task.fp,
+            task.depth + 1,
+            lineage,
+            tuple(dict.fromkeys(urls)),
+            other_levels.get(other, {}),
+        )
         out.outputs.append(
             Outgoing(DISCOVERED, found.to_wire(), {MSG_ID: f"{crawl_id}:links:{other}"})
         )

@@ -22,8 +22,9 @@ from typing import Any
 
 import orjson
 
-from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.errors import MessageError, UrlError
 from jetcrawl.contract.items import ITEM_KEY_MAX
+from jetcrawl.contract.messages import check_priority
 from jetcrawl.contract.plugin import API_VERSION, ENTRY_POINT_GROUP, ItemOut, LinkOut, Output, Page
 from jetcrawl.contract.urls import canonicalize
 from jetcrawl.worker.errors import PluginFailed, PluginRefused
@@ -133,6 +134,11 @@ def _checked(name: str, output: Any, page: Page) -> Output:
             canonicalize(link.url, base=page.final_url)
         except UrlError as exc:
             raise PluginFailed(name, f"{where}.url is no crawlable URL: {exc}") from None
+        if link.priority is not None:
+            try:
+                check_priority(link.priority, f"{where}.priority")
+            except MessageError as exc:
+                raise PluginFailed(name, exc.detail) from None
         if not isinstance(link.meta, Mapping):
             raise PluginFailed(name, f"{where}.meta is {type(link.meta).__name__}, not a mapping")
         try:

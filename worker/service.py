@@ -6,6 +6,11 @@ shard, ``on_revoke`` stops it and waits for its in-flight tasks (under ``drain_d
 sends in-progress acks for the tasks they hold, are tasks of the TaskGroup that ``run()`` holds
 open, so nothing outlives the worker.
 
+Which of a shard's lanes (priority level, job) it takes from is :mod:`jetcrawl.worker.lanes`,
+from a board of every lane's tasks that one poll of ``CRAWL_TASKS`` keeps; job run states come
+from the watch of KV ``crawl_control``, and a paused job's held tasks are parked
+(:mod:`jetcrawl.worker.parking`).
+
 Two limits, shared by every shard: ``concurrency`` fetches in flight (a task takes a fetch slot
 only for its host's turn, :mod:`jetcrawl.worker.politeness`), and ``concurrency + waiting_max``
 tasks held (pulled and not yet acked: in flight, reading robots.txt or waiting for their host).
@@ -18,22 +23,19 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from functools import partial
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import (
-    TASKS_STREAM,
-    VALIDATORS_BUCKET,
-    WORKERS_BUCKET,
-    shard_consumer,
-)
+from jetcrawl.contract.topology import VALIDATORS_BUCKET, WORKERS_BUCKET
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import Outbox, connect
+from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.plumbing.specs import SpecWatch
 from jetcrawl.plumbing.topology import ensure
@@ -42,13 +44,15 @@ from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.jobs import Jobs
 from jetcrawl.worker.keepalive import KeepAlive
+from jetcrawl.worker.lanes import JobRates, LaneBoard
 from jetcrawl.worker.outcome import Ownership
 from jetcrawl.worker.pages import PageFetcher
+from jetcrawl.worker.parking import Parking
 from jetcrawl.worker.politeness import Politeness
 from jetcrawl.worker.render import RenderClient
 from jetcrawl.worker.report import Reporter, wall_time
 from jetcrawl.worker.robots import Robots
-from jetcrawl.worker.shards import ShardPuller
+from jetcrawl.worker.shards import JobTerms, ShardPuller
 from jetcrawl.worker.telemetry import TaskTelemetry
 from jetcrawl.worker.validators import Validators
 
@@ -81,11 +85,15 @@ class Worker:
         self._reporter: Reporter | None = None  # with report_interval_s
         self.specs: SpecWatch | None = None  # the job specs, as KV crawl_specs last showed them
         self._jobs: Jobs | None = None  # the specs compiled: extraction, plugins
+        self.control: ControlWatch | None = None  # job run states, as KV crawl_control shows
+        self._board: LaneBoard | None = None  # the tasks of every lane
+        self._rates = JobRates()
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
         self._keepalive = KeepAlive(settings.ack_wait_s)
         self.politeness = Politeness(settings, self._capacity, self._holding)
+        self._parking: Parking | None = None
         self._pullers: dict[int, tuple[ShardPuller, asyncio.Task[None]]] = {}
         self._pulling: set[asyncio.Task[None]] = set()  # every pull loop's task, until it ends
         self._tg: asyncio.TaskGroup | None = None
@@ -112,6 +120,9 @@ class Worker:
         robots = Robots(self._settings, fetcher)
         self.specs = SpecWatch(self._js)
         self._jobs = Jobs(self.specs.current)
+        self.control = ControlWatch(self._js)
+        self._parking = Parking(self.control, self._holding)
+        self._board = LaneBoard(self._js, self._settings.lanes_poll_s)
         self._processor = TaskProcessor(
             self._settings,
             self.worker_id,
@@ -135,6 +146,7 @@ class Worker:
             # re-crawls come with recrawl_after_s, or with a job spec's own
             validators=Validators(await self._js.key_value(VALIDATORS_BUCKET)),
             jobs=self._jobs,
+            control=(self.control, self._parking),
         )
         if self._settings.report_interval_s > 0:
             self._reporter = Reporter(
@@ -151,13 +163,21 @@ class Worker:
             keepalive = tg.create_task(self._keepalive.run())
             reporting = tg.create_task(self._reporter.run()) if self._reporter else None
             assert self.specs is not None and self._jobs is not None, "start() first"
+            assert self.control is not None and self._board is not None
             tg.create_task(self.specs.run(self._stopping))
+            tg.create_task(self.control.run(self._stopping))
+            tg.create_task(self._board.run(self._stopping))
             await self.specs.wait_ready()  # no task is crawled without its job's spec
+            await self.control.wait_ready()  # nor a paused job's
+            following = tg.create_task(self._follow_control(self.control))
             self._jobs.compile_all(self.specs.jobs())  # plugins refused now, not at a page
             self._running.set()
             await self._stopping.wait()
+            following.cancel()
             for puller, _ in self._pullers.values():
                 puller.stop()
+            if self._parking is not None:
+                self._parking.leave()  # parked tasks are handed back
             if self._pulling:
                 await asyncio.wait(self._pulling)  # what they hold is finished or handed back
             keepalive.cancel()
@@ -165,6 +185,27 @@ class Worker:
                 reporting.cancel()
                 await self._reporter.report()  # the hand-backs it leaves due
         self._tg = None
+
+    async def _follow_control(self, control: ControlWatch) -> None:
+        """Wake every shard's puller when a job's state changes (a resumed job's lanes)."""
+        while True:
+            seen = control.changes
+            await control.wait_for(partial(_changed_since, control, seen))
+            for puller, _ in self._pullers.values():
+                puller.wake()
+
+    def _weight(self, job: str) -> int:
+        stored = self.specs.current(job) if self.specs is not None else None
+        return 1 if stored is None else stored.spec.priority.weight
+
+    def _rate(self, job: str) -> float | None:
+        """``job``'s pages per second here: its cap, shared by its tasks on the shards owned."""
+        stored = self.specs.current(job) if self.specs is not None else None
+        cap = None if stored is None else stored.spec.max_pages_per_s
+        if cap is None or self._board is None:
+            return cap
+        total = self._board.job_total(job)
+        return cap if total == 0 else cap * self._board.job_on(job, self._pullers) / total
 
     def fence_on(self, holds_lease: Callable[[], bool]) -> None:
         """Start no fetch unless ``holds_lease()`` (the registry's local lease deadline)."""
@@ -232,6 +273,7 @@ class Worker:
             hosts_waiting=self.politeness.hosts_waiting,
             hosts_paused=self.politeness.hosts_paused(),
             waiting_on=self._processor.waiting_on(WAITING_ON_REPORTED) if self._processor else (),
+            jobs=self._processor.tally.read() if self._processor else {},
         )
 
     # ------------------------------------------------------------------ ShardOwner
@@ -241,10 +283,17 @@ class Worker:
         assert self._js is not None and self._processor is not None and self._tg is not None
         if shard in self._pullers or self._stopping.is_set():
             return
+        assert self.control is not None and self._board is not None and self._parking is not None
         self.politeness.handover(shard)
-        sub = await self._js.pull_subscribe_bind(durable=shard_consumer(shard), stream=TASKS_STREAM)
+        self._parking.arrive(shard)
         puller = ShardPuller(
-            Ownership(shard, fence), sub, self._holding, self._keepalive, self._processor.process
+            Ownership(shard, fence),
+            self._js,
+            self._settings,
+            (self._board, self.control, self._rates, JobTerms(self._weight, self._rate)),
+            self._holding,
+            self._keepalive,
+            self._processor.process,
         )
         task = self._tg.create_task(puller.run())
         self._pulling.add(task)
@@ -258,6 +307,8 @@ class Worker:
             return
         puller, task = entry
         puller.stop()
+        if self._parking is not None:
+            self._parking.leave(shard)
         if not await wait_set(puller.done, self._settings.drain_deadline_s):
             log.warning(
                 "shard %d did not drain in %.0f s; cancelling",
@@ -272,5 +323,11 @@ class Worker:
         log.warning("worker %s lost its lease: stopping all pulls", self.worker_id)
         for puller, _ in self._pullers.values():
             puller.abandon()
+        if self._parking is not None:
+            self._parking.leave()
         self.politeness.wake_all()  # tasks waiting for their host's turn see the abandon
         self._pullers.clear()
+
+
+def _changed_since(control: ControlWatch, seen: int) -> bool:
+    return control.changes != seen

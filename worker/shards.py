@@ -1,4 +1,11 @@
-"""One owned shard: a pull loop on its ``shard-<n>`` consumer.
+"""One owned shard: a pull loop over its lanes' consumers (``tasks-<shard>-<level>-<job>``).
+
+Which lane next, and how many, is the shard's :class:`~jetcrawl.worker.lanes.Schedule` (levels,
+then jobs), given the lanes the board (:class:`~jetcrawl.worker.lanes.LaneBoard`) shows holding
+tasks, less a paused job's and a job out of rate tokens. A lane's consumer is made when the
+shard's owner first takes from it. With nothing to take, the loop waits on the lane it last
+took from (new tasks of a running crawl mostly come there) until the board shows another lane
+gaining tasks.
 
 It fetches only while the worker can hold more tasks, as many as it has room for (the worker's
 ``holding``: tasks in flight plus tasks waiting for their host, :mod:`jetcrawl.worker.politeness`),
@@ -14,15 +21,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
+from jetcrawl.contract.control import PAUSED
+from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.topology import TASKS_STREAM, lane_config, lane_consumer
 from jetcrawl.plumbing.backoff import wait_set
+from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.keepalive import KeepAlive
+from jetcrawl.worker.lanes import JobRates, Lane, LaneBoard, Schedule
 from jetcrawl.worker.outcome import Ownership
 
 log = logging.getLogger(__name__)
@@ -32,65 +45,198 @@ log = logging.getLogger(__name__)
 # requests at once on one server and waits them out through a cluster (end_requests), so this also
 # bounds a cluster handover.
 PULL_WAIT_S = 2.0
+# A lane the board shows holding tasks is pulled with this wait: its tasks may all be in flight
+# (delivered to the previous owner, or to us and not yet acked).
+READY_WAIT_S = 0.05
 MAX_BATCH = 64
 RETRY_PAUSE_S = 0.5
+
+
+@dataclass(slots=True)
+class _LaneSub:
+    """This owner's consumer of one lane."""
+
+    sub: JetStreamContext.PullSubscription | None = None
+    cut: Cut = field(default_factory=Cut)  # set when the puller stops; spans every request
+    held: int = 0  # tasks of the lane held here
+    empty_at: int = -1  # the board's generation when a pull found it empty
+
+
+@dataclass(frozen=True, slots=True)
+class JobTerms:
+    """What the worker knows of each job, as the puller asks: its weight and its rate here."""
+
+    weight: Callable[[str], int]
+    rate: Callable[[str], float | None]  # pages/s this worker may fetch of it; None: no cap
 
 
 class ShardPuller:
     def __init__(
         self,
         owner: Ownership,
-        sub: JetStreamContext.PullSubscription,
+        js: JetStreamContext,
+        settings: Settings,
+        lanes: tuple[LaneBoard, ControlWatch, JobRates, JobTerms],
         holding: Capacity,
         keepalive: KeepAlive,
         process: Callable[[Msg, Ownership, asyncio.Event], Awaitable[None]],
     ) -> None:
         self.owner = owner
-        self._sub = sub
+        self._js = js
+        self._settings = settings
+        self._board, self._control, self._rates, self._terms = lanes
+        self._schedule = Schedule(settings.priority_weights, settings.priority_slack)
+        self._subs: dict[Lane, _LaneSub] = {}
+        self._last: Lane | None = None  # the lane last taken from: where an idle shard waits
         self._holding = holding
         self._keepalive = keepalive
         self._process = process
         self._stopping = asyncio.Event()
         self._abandoned = asyncio.Event()
-        self._cut = Cut()  # a pull waiting for work returns at once when the puller stops
+        self._idle_cut: Cut | None = None  # the idle wait in progress, cut by a wake
+        self._woken = asyncio.Event()
         self.done = asyncio.Event()
 
     def stop(self) -> None:
         """Stop fetching; what was fetched is still crawled."""
         self._stopping.set()
-        self._cut.set()
+        for lane in self._subs.values():
+            lane.cut.set()
+        self.wake()
         self._holding.wake_all()  # a loop waiting for room sees it
 
     def abandon(self) -> None:
         """Stop fetching at once; fetched tasks not yet started are handed back."""
         self._abandoned.set()
-        self._stopping.set()
-        self._cut.set()
-        self._holding.wake_all()
+        self.stop()
+
+    def wake(self) -> None:
+        """Look at the lanes again now: one gained tasks, or a job's state changed."""
+        self._woken.set()
+        if self._idle_cut is not None:
+            self._idle_cut.set()
 
     async def run(self) -> None:
+        self._board.on_gain(self.owner.shard, self.wake)
         try:
             async with asyncio.TaskGroup() as tg:
                 while await self._holding.wait_free(unless=self._stopping):
-                    await self._start(
-                        tg, await self._pull(min(MAX_BATCH, self._holding.free_slots))
-                    )
-                await self._start(tg, await self._lingering())
+                    await self._start(tg, *await self._next())
+                for lane in list(self._subs):
+                    await self._start(tg, lane, await self._lingering(lane))
         finally:
-            try:
-                await self._sub.unsubscribe()
-            except NatsError as e:
-                log.debug("unsubscribe of shard %d failed: %r", self.owner.shard, e)
+            self._board.on_gain(self.owner.shard, None)
+            for own in self._subs.values():
+                if own.sub is not None:
+                    try:
+                        await own.sub.unsubscribe()
+                    except NatsError as e:
+                        log.debug("unsubscribe on shard %d failed: %r", self.owner.shard, e)
             self.done.set()
 
-    async def _start(self, tg: asyncio.TaskGroup, msgs: list[Msg]) -> None:
+    # ------------------------------------------------------------------ which lane
+
+    def _ready(self) -> dict[Lane, int]:
+        """Each lane that can give tasks now, and how many at most."""
+        ready = {}
+        generation = self._board.generation
+        for lane, count in self._board.lanes(self.owner.shard).items():
+            _, job = lane
+            own = self._subs.get(lane)
+            available = count - (own.held if own else 0)
+            if available <= 0 or (own is not None and own.empty_at == generation):
+                continue
+            state = self._control.state(job)
+            if state == PAUSED:
+                continue
+            rate = self._terms.rate(job) if self._control.runs(job) else None
+            if rate is not None:
+                available = min(available, self._rates.available(job, rate))
+                if available <= 0:
+                    continue
+            ready[lane] = available
+        return ready
+
+    async def _next(self) -> tuple[Lane | None, list[Msg]]:
+        """The next tasks to start, and their lane."""
+        self._woken.clear()
+        ready = self._ready()
+        pick = self._schedule.next(
+            ready, min(MAX_BATCH, self._holding.free_slots), self._terms.weight
+        )
+        if pick is None:
+            return await self._idle()
+        lane, n = pick
+        own = self._subs.setdefault(lane, _LaneSub())
+        msgs = await self._pull(lane, own, n, READY_WAIT_S, own.cut)
+        if len(msgs) < n:
+            own.empty_at = self._board.generation
+        self._took(lane, msgs, ready)
+        return lane, msgs
+
+    def _took(self, lane: Lane, msgs: list[Msg], ready: dict[Lane, int]) -> None:
+        if not msgs:
+            return
+        self._last = lane
+        self._schedule.took(lane, len(msgs), {level for level, _ in ready}, self._terms.weight)
+        if self._control.runs(lane[1]) and self._terms.rate(lane[1]) is not None:
+            self._rates.spend(lane[1], len(msgs))
+
+    async def _idle(self) -> tuple[Lane | None, list[Msg]]:
+        """Nothing to take: wait on the last lane for its next task, until a wake."""
+        lane = self._last
+        if lane is None or not self._control.runs(lane[1]) or self._terms.rate(lane[1]) is not None:
+            await wait_set(self._woken, self._settings.lanes_poll_s)
+            return None, []
+        own = self._subs[lane]
+        self._idle_cut = cut = Cut()
+        if self._woken.is_set() or self._stopping.is_set():
+            cut.set()
+        try:
+            msgs = await self._pull(
+                lane, own, min(MAX_BATCH, self._holding.free_slots), PULL_WAIT_S, cut
+            )
+        finally:
+            self._idle_cut = None
+            own.cut.requests_end = max(own.cut.requests_end, cut.requests_end)
+        self._took(lane, msgs, {lane: len(msgs)})
+        return lane, msgs
+
+    # ------------------------------------------------------------------ pulling
+
+    async def _pull(self, lane: Lane, own: _LaneSub, n: int, wait_s: float, cut: Cut) -> list[Msg]:
+        try:
+            if own.sub is None:
+                own.sub = await self._subscribe(lane)
+            return await pull(own.sub, max(1, n), wait_s, cut)
+        except TimeoutError:
+            return []  # idle lane (nats-py raises a TimeoutError subclass too)
+        except NatsError as e:
+            # The consumer may be gone (removed when idle): made again at the next pull.
+            log.warning("pull on shard %d lane %s failed: %r", self.owner.shard, lane, e)
+            own.sub = None
+            await wait_set(self._stopping, RETRY_PAUSE_S)
+            return []
+
+    async def _subscribe(self, lane: Lane) -> JetStreamContext.PullSubscription:
+        level, job = lane
+        config = lane_config(self._settings, self.owner.shard, level, job)
+        await self._js.add_consumer(TASKS_STREAM, config)
+        return await self._js.pull_subscribe_bind(
+            durable=lane_consumer(self.owner.shard, level, job), stream=TASKS_STREAM
+        )
+
+    async def _start(self, tg: asyncio.TaskGroup, lane: Lane | None, msgs: list[Msg]) -> None:
+        own = self._subs.get(lane) if lane is not None else None
         for msg in msgs:
             if await self._holding.take(unless=self._abandoned):
-                tg.create_task(self._run_one(msg))
+                if own is not None:
+                    own.held += 1
+                tg.create_task(self._run_one(msg, own))
             else:
                 await msg.nak()  # lease lost: the next owner takes it at once
 
-    async def _lingering(self) -> list[Msg]:
+    async def _lingering(self, lane: Lane) -> list[Msg]:
         """Tasks a pull request delivered after its fetch returned: take them before leaving.
 
         ``pull`` can return (with what it has, or cut short) before the server's pull request
@@ -100,23 +246,16 @@ class ShardPuller:
         ``end_requests`` ends the requests at once on a single server; in a cluster it waits
         them out (at most ``PULL_WAIT_S``).
         """
+        own = self._subs[lane]
+        if own.sub is None:
+            return []
         try:
-            return await end_requests(self._sub, self._cut)
+            return await end_requests(own.sub, own.cut)
         except NatsError as e:  # the connection is gone: JetStream redelivers after AckWait
             log.warning("could not end the pull requests of shard %d: %r", self.owner.shard, e)
             return []
 
-    async def _pull(self, batch: int) -> list[Msg]:
-        try:
-            return await pull(self._sub, max(1, batch), PULL_WAIT_S, self._cut)
-        except TimeoutError:
-            return []  # idle shard (nats-py raises a TimeoutError subclass too)
-        except NatsError as e:
-            log.warning("pull on shard %d failed: %r", self.owner.shard, e)
-            await self._pause()
-            return []
-
-    async def _run_one(self, msg: Msg) -> None:
+    async def _run_one(self, msg: Msg, own: _LaneSub | None) -> None:
         self._keepalive.hold(msg)
         try:
             await self._process(msg, self.owner, self._abandoned)
@@ -126,6 +265,5 @@ class ShardPuller:
         finally:
             self._keepalive.release(msg)
             self._holding.release()
-
-    async def _pause(self) -> None:
-        await wait_set(self._stopping, RETRY_PAUSE_S)
+            if own is not None:
+                own.held -= 1

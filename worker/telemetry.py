@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import Span, get_current_span, use_span
 
 from jetcrawl.contract.messages import Result
-from jetcrawl.contract.topology import shard_consumer
+from jetcrawl.contract.topology import lane_consumer, lane_of
 from jetcrawl.contract.urls import host_of
 from jetcrawl.otel import Tracing, current_trace_id
 from jetcrawl.otel.spans import consumer_span, end_http_client, fail, http_client_span
@@ -77,7 +77,7 @@ class TaskTelemetry:
             self._tracing.tracer,
             msg.subject,
             parent=self._tracing.extract(headers),
-            subscription=shard_consumer(shard),
+            subscription=_consumer_of(msg.subject),
             message_id=headers.get(MSG_ID),
             body_size=len(msg.data),
             attributes={DELIVERED: msg.metadata.num_delivered or 1},
@@ -163,3 +163,11 @@ class TaskTelemetry:
             span.set_attribute(JOB, result.job)
             span.set_attribute(OUTCOME, result.outcome)
             span.set_attribute(LINKS, result.outlinks)
+
+
+def _consumer_of(subject: str) -> str:
+    """The lane consumer that delivers ``subject``'s tasks."""
+    try:
+        return lane_consumer(*lane_of(subject))
+    except ValueError:
+        return subject

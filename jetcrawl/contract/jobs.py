@@ -170,7 +170,6 @@ def _level(value: Any, path: str) -> int:
         raise SpecError(path, e.detail) from None
 
 
-
 @dataclass(frozen=True, slots=True)
 class Rules:
     """Allow and deny regexes (searched anywhere in the URL); deny wins, no allow allows all."""

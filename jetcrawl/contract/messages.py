@@ -254,18 +254,17 @@ class Task:
         return f"{self.seen_key}-{self.gen}" if self.gen else self.seen_key
 
     def to_wire(self) -> bytes:
-        return orjson.dumps(
-            {
-                "v": WIRE_VERSION,
-                "url": self.url,
-                "fp": self.fp,
-                "depth": self.depth,
-                "parent": self.parent,
-                "gen": self.gen,
-                "prio": self.level,
-            }
-            | self.lineage.to_wire()
-        )
+        wire = {
+            "v": WIRE_VERSION,
+            "url": self.url,
+            "fp": self.fp,
+            "depth": self.depth,
+            "parent": self.parent,
+            "gen": self.gen,
+        }
+        if self.prio is not None:  # else the default level
+            wire["prio"] = self.prio
+        return orjson.dumps(wire | self.lineage.to_wire())
 
     @classmethod
     def from_wire(cls, data: bytes) -> Self:

@@ -355,7 +355,7 @@ class Settings:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, tuple):
-                value = ",".join(value)
+                value = ",".join(map(str, value))
             env[f"{ENV_PREFIX}{f.name.upper()}"] = str(value)
         return env
 

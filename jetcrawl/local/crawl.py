@@ -307,7 +307,7 @@ async def _wait_drained(
             if interrupt.requested.is_set():
                 raise Interrupted("interrupted")
             await children.supervise()
-            current = await snapshot(js)
+            current = await snapshot(js, settings.shards, previous)
             summary.dead_letters = current.dead
             if time.monotonic() - reports_read >= REPORTS_EVERY_S:
                 reports, reports_read = await read_reports(js), time.monotonic()

@@ -17,7 +17,7 @@ A dead letter is a :class:`~jetcrawl.contract.messages.DeadLetter` on ``crawl.de
 ``replay`` publishes each chosen letter's original again where it came from, then deletes the
 letter, so running it twice replays nothing twice:
 
-- a task (stages task, fetch, poison) goes straight back to its ``crawl.tasks.<shard>`` subject.
+- a task (stages task, fetch, poison) goes straight back to its lane's subject.
   Not through the frontier: its URL stays marked seen (``crawl_seen`` denies deletes, and the
   mark is what keeps every other link to it from being admitted again), and a task is exactly
   what the shard's owner takes. It carries ``Nats-Msg-Id: replay-<letter seq>`` (a replay
@@ -54,8 +54,15 @@ from jetcrawl.contract.deadletters import (
     DeadLetter,
 )
 from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.messages import Task
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DEAD_PREFIX, DEAD_STREAM, TASKS_PREFIX, dead_subject
+from jetcrawl.contract.topology import (
+    DEAD_PREFIX,
+    DEAD_STREAM,
+    TASKS_PREFIX,
+    dead_subject,
+    task_subject,
+)
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.plumbing.pull import pull
 
@@ -154,10 +161,23 @@ async def replay(js: JetStreamContext, letters: Iterable[Letter]) -> ReplayRepor
             headers[REPLAY_HEADER] = str(item.seq)
         if d.origins:
             headers[ORIGIN_HEADER] = ",".join(map(str, d.origins))
-        await js.publish(d.subject, d.original, headers=headers)
+        await js.publish(_lane_subject(d.subject, d.original), d.original, headers=headers)
         await js.delete_msg(DEAD_STREAM, item.seq)
         report.replayed += 1
     return report
+
+
+def _lane_subject(subject: str, original: bytes) -> str:
+    """Where a letter's original goes back: its own subject, but a task that left before
+    lanes (``crawl.tasks.<shard>``) goes to its lane on that shard."""
+    parts = subject.split(".")
+    if subject.startswith(TASKS_PREFIX) and len(parts) == 3 and parts[2].isdigit():
+        try:
+            task = Task.from_wire(original)
+        except MessageError:
+            return subject
+        return task_subject(int(parts[2]), task.level, task.lineage.job)
+    return subject
 
 
 async def run_command(

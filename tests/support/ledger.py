@@ -29,7 +29,8 @@ from jetcrawl.contract.topology import (
     SEEN_SUBJECT_PREFIX,
     TASKS_PREFIX,
     TASKS_STREAM,
-    shard_consumer,
+    lane_consumer,
+    lane_of,
 )
 from jetcrawl.contract.urls import fingerprint
 from tests.support.streams import seen_keys, stored
@@ -103,7 +104,7 @@ class Tap:
 
     async def start(self, nc: NATS) -> None:
         self._subs = [
-            await nc.subscribe(f"{TASKS_PREFIX}*", cb=self._task),
+            await nc.subscribe(f"{TASKS_PREFIX}>", cb=self._task),
             await nc.subscribe(f"{RESULTS_PREFIX}*", cb=self._result),
         ]
 
@@ -138,7 +139,7 @@ class Tap:
                 f"result sent {self.results[key]}x"
             )
             if (task := left.get(key)) is not None:  # stranded: no consumer will deliver it?
-                consumer = shard_consumer(int(task.subject.rsplit(".", 1)[1]))
+                consumer = lane_consumer(*lane_of(task.subject))
                 try:
                     info = await js.consumer_info(TASKS_STREAM, consumer)
                     state = (

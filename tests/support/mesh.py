@@ -192,7 +192,7 @@ class Mesh:
 
         async def settled() -> bool:
             nonlocal previous, current
-            previous, current = current, await snapshot(self.js)
+            previous, current = current, await snapshot(self.js, self.settings.shards)
             return current.settled_after(previous)
 
         await eventually(settled, within_s)
