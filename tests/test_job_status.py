@@ -137,3 +137,9 @@ async def test_status_of_an_unknown_job_exits_2_naming_it(
     assert err.count("\n") == 1
     code, _, err = await status(settings, "--job", "news")  # the negative: it is known
     assert code == 0, err
+    # a job seeded without a spec that has finished is known by the workers' reports
+    assert (await status(settings, "--job", "seeded"))[0] == 2
+    await report(js, "w1", seeded=JobActivity(3, 0, 0.0))
+    code, out, err = await status(settings, "--job", "seeded", "--json")
+    assert code == 0, err
+    assert orjson.loads(out)["job"]["pages"] == 3

@@ -17,6 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.local.embedded import EtcdServer, NatsServer
+from jetcrawl.ops.jobstatus import read_reports
 from jetcrawl.plumbing.bodies import payload_digest
 from tests.support.mesh import Mesh
 from tests.support.site import MultiHostSite
@@ -170,6 +171,13 @@ async def test_two_jobs_with_different_scopes_crawled_at_once_stay_apart(
         await mesh.seed([seed], scope="any", job="wide")
         await mesh.wait_drained()
         results = await mesh.results()
+        narrow = sum(r.job == "narrow" for r in results)
+
+        async def reported() -> bool:  # every page, once the workers' next reports are in
+            reports = await read_reports(mesh.js)
+            return sum(r.jobs["narrow"].pages for r in reports if "narrow" in r.jobs) == narrow
+
+        await eventually(reported)
         status = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -196,7 +204,7 @@ async def test_two_jobs_with_different_scopes_crawled_at_once_stay_apart(
     assert set(by_job["narrow"]) == site.reachable_from(seed, "host")
     assert set(by_job["wide"]) == site.reachable_from(seed, "any")
     assert set(by_job["narrow"]) < set(by_job["wide"]), "the overlap was crawled for both"
-    job = orjson.loads(out)["job"]  # from the workers' reports, which may lag the results
+    job = orjson.loads(out)["job"]  # from the workers' reports, not the results
     assert (job["job"], job["state"], job["backlog"]["queued"]) == ("narrow", "running", 0)
-    assert 0 <= job["pages"] <= len(by_job["narrow"])
+    assert job["pages"] == len(by_job["narrow"]) and job["errors"] == 0
     assert max(max(c.values()) for c in by_job.values()) == 1

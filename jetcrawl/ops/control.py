@@ -7,57 +7,29 @@ final: the state first (so what a worker still holds is settled, and the dispatc
 job's links), then every queued task of the job is purged from ``CRAWL_TASKS`` and the count is
 recorded. A cancel again purges what arrived since (a dispatcher's batch under way).
 
-A job is known when it has a spec, a control record or queued tasks, or is the default job; any
-other name is a typo, refused with exit 2 (:class:`UnknownJob`) before anything is written.
+A name that is no job of this mesh is a typo, refused with exit 2 before anything is written
+(:func:`jetcrawl.ops.jobstatus.check_known`).
 """
 
 from __future__ import annotations
 
 import getpass
 import socket
-import time
 
 from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING, JobControl, State
-from jetcrawl.contract.errors import JetcrawlError, UsageError
-from jetcrawl.contract.messages import DEFAULT_JOB, JOB_RE
+from jetcrawl.contract.errors import JetcrawlError
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import (
-    CONTROL_BUCKET,
-    CONTROL_STREAM,
-    SPECS_BUCKET,
-    SPECS_STREAM,
-    TASKS_STREAM,
-    job_tasks,
-)
+from jetcrawl.contract.topology import CONTROL_BUCKET
+from jetcrawl.ops.jobstatus import check_job_name, check_known, when
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.plumbing.control import ControlStore, purge_tasks
 
-__all__ = [
-    "ACTIONS",
-    "UnknownJob",
-    "by_whom",
-    "check_job_name",
-    "check_known",
-    "run_control",
-    "when",
-]
+__all__ = ["ACTIONS", "by_whom", "run_control"]
 
 ACTIONS: dict[str, State] = {"pause": PAUSED, "resume": RUNNING, "cancel": CANCELLED}
-
-
-class UnknownJob(JetcrawlError):
-    """No spec, no control record, no queued task: not a job of this mesh."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"no job {name!r}: it has no spec in {SPECS_BUCKET}, no state in {CONTROL_BUCKET} "
-            "and no queued task (`jetcrawl job list` shows the jobs with a spec)"
-        )
-        self.name = name
 
 
 def by_whom() -> str:
@@ -67,37 +39,6 @@ def by_whom() -> str:
     except (KeyError, OSError):  # no name for this uid (a container's)
         user = "?"
     return f"{user}@{socket.gethostname()}"
-
-
-def when(at: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
-
-
-def check_job_name(name: str) -> None:
-    """A name that is no job name (``a.b``, ``>``) would make a subject filter wider than one
-    job's lanes: refused before anything is read or purged."""
-    if not JOB_RE.match(name):
-        raise UsageError(f"job {name!r}", f"a job name matches {JOB_RE.pattern}")
-
-
-async def check_known(js: JetStreamContext, settings: Settings, name: str) -> None:
-    """Raise :class:`UnknownJob` unless ``name`` is a job of this mesh. Reads stream infos
-    only (subject counts), so any user that may run ``jetcrawl status`` may ask."""
-    check_job_name(name)
-    if name == DEFAULT_JOB:
-        return
-    for stream, subjects in (
-        (SPECS_STREAM, f"$KV.{SPECS_BUCKET}.{name}"),
-        (CONTROL_STREAM, f"$KV.{CONTROL_BUCKET}.{name}"),
-        (TASKS_STREAM, job_tasks(name)),
-    ):
-        try:
-            info = await js.stream_info(stream, subjects_filter=subjects)
-        except NotFoundError:
-            continue  # a topology from before that bucket: nothing of the job there
-        if any(info.state.subjects or {}):
-            return
-    raise UnknownJob(name)
 
 
 async def run_control(settings: Settings, action: str, name: str) -> int:
@@ -113,7 +54,7 @@ async def run_control(settings: Settings, action: str, name: str) -> int:
                 f"KV {CONTROL_BUCKET} is missing on {settings.nats_url}: start a service, or "
                 "run `jetcrawl topology --apply`, first"
             ) from e
-        await check_known(js, settings, name)
+        await check_known(js, name)
         record, changed = await store.change(name, ACTIONS[action], by_whom())
         if record.state == CANCELLED:
             print(await _cancelled(nc, store, record, changed, settings.command_timeout_s))

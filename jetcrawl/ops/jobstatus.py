@@ -6,10 +6,12 @@ backlog   the tasks queued per lane (shard, level, job): one stream info of ``CR
 states    the control records of KV ``crawl_control`` (running, paused, cancelled)
 one job   ``--job NAME``: its state, its backlog by level and by shard, and its rate, pages,
           errors and settled tasks summed over the workers' reports (KV ``crawl_workers``)
+known     whether a name is a job of this mesh, for status and for ``jetcrawl job pause``
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -19,21 +21,103 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, NotFoundError
 
 from jetcrawl.contract.control import RUNNING, JobControl
-from jetcrawl.contract.errors import MessageError
-from jetcrawl.contract.messages import WorkerReport
+from jetcrawl.contract.errors import JetcrawlError, MessageError, UsageError
+from jetcrawl.contract.messages import DEFAULT_JOB, JOB_RE, WorkerReport
 from jetcrawl.contract.settings import PRIORITY_LEVELS
 from jetcrawl.contract.topology import (
     CONTROL_BUCKET,
     CONTROL_STREAM,
+    SPECS_BUCKET,
+    SPECS_STREAM,
     TASKS_PREFIX,
     TASKS_STREAM,
+    WORKERS_BUCKET,
+    WORKERS_STREAM,
+    job_tasks,
     lane_of,
 )
-from jetcrawl.ops.control import when
 
-__all__ = ["Backlog", "JobStatus", "job_status", "not_running", "read_backlog", "read_controls"]
+__all__ = [
+    "Backlog",
+    "JobStatus",
+    "UnknownJob",
+    "check_job_name",
+    "check_known",
+    "job_status",
+    "not_running",
+    "read_backlog",
+    "read_controls",
+    "read_reports",
+    "when",
+]
 
 Lane = tuple[int, int, str]  # shard, level, job
+
+
+class UnknownJob(JetcrawlError):
+    """No spec, no control record, no queued task, no worker's report of it: not a job here."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no job {name!r}: it has no spec in {SPECS_BUCKET}, no state in {CONTROL_BUCKET}, "
+            "no queued task and no worker reports it (`jetcrawl job list` shows the jobs with "
+            "a spec)"
+        )
+        self.name = name
+
+
+def when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def check_job_name(name: str) -> None:
+    """A name that is no job name (``a.b``, ``>``) would make a subject filter wider than one
+    job's lanes: refused before anything is read or purged."""
+    if not JOB_RE.match(name):
+        raise UsageError(f"job {name!r}", f"a job name matches {JOB_RE.pattern}")
+
+
+async def check_known(js: JetStreamContext, name: str) -> None:
+    """Raise :class:`UnknownJob` unless ``name`` is a job of this mesh: the default job, or one
+    with a spec, a control record, queued tasks, or pages in a worker's report (a job seeded
+    without a spec that has finished). Reads what ``jetcrawl status`` reads: stream infos
+    (subject counts) and the reports."""
+    check_job_name(name)
+    if name == DEFAULT_JOB:
+        return
+    for stream, subjects in (
+        (SPECS_STREAM, f"$KV.{SPECS_BUCKET}.{name}"),
+        (CONTROL_STREAM, f"$KV.{CONTROL_BUCKET}.{name}"),
+        (TASKS_STREAM, job_tasks(name)),
+    ):
+        try:
+            info = await js.stream_info(stream, subjects_filter=subjects)
+        except NotFoundError:
+            continue  # a topology from before that bucket: nothing of the job there
+        if any(info.state.subjects or {}):
+            return
+    if not any(name in report.jobs for report in await read_reports(js)):
+        raise UnknownJob(name)
+
+
+async def read_reports(js: JetStreamContext) -> tuple[WorkerReport, ...]:
+    """The workers' latest reports; one that does not decode is left out.
+
+    Keys come from the stream's subjects and values by direct get: no consumer, so a user that
+    may only read (the dispatcher's, in compose) can run it."""
+    try:
+        info = await js.stream_info(WORKERS_STREAM, subjects_filter=f"$KV.{WORKERS_BUCKET}.>")
+        bucket = await js.key_value(WORKERS_BUCKET)
+    except NotFoundError:
+        return ()
+    reports = []
+    for subject in sorted(info.state.subjects or {}):
+        try:
+            entry = await bucket.get(subject[len(f"$KV.{WORKERS_BUCKET}.") :])
+            reports.append(WorkerReport.from_wire(entry.value or b""))
+        except (KeyNotFoundError, MessageError):
+            continue  # expired since the listing, or not a report this build reads
+    return tuple(reports)
 
 
 @dataclass(frozen=True, slots=True)

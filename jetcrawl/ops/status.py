@@ -28,10 +28,8 @@ from typing import IO, Any
 
 import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from jetcrawl.contract.control import RUNNING, JobControl
-from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
@@ -41,15 +39,21 @@ from jetcrawl.contract.topology import (
     RESULTS_STREAM,
     SHARDS_METADATA_KEY,
     TASKS_STREAM,
-    WORKERS_BUCKET,
-    WORKERS_STREAM,
 )
-from jetcrawl.ops.control import check_known, when
-from jetcrawl.ops.jobstatus import JobStatus, job_status, not_running, read_backlog, read_controls
+from jetcrawl.ops.jobstatus import (
+    JobStatus,
+    check_known,
+    job_status,
+    not_running,
+    read_backlog,
+    read_controls,
+    read_reports,
+    when,
+)
 from jetcrawl.plumbing.bus import connect
 from jetcrawl.registry import read_members, read_ownership
 
-__all__ = ["Rates", "ShardRow", "Status", "WorkerRow", "read_status", "run_status"]
+__all__ = ["Rates", "ShardRow", "Status", "WorkerRow", "read_reports", "read_status", "run_status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,26 +238,6 @@ class Status:
         )
 
 
-async def read_reports(js: JetStreamContext) -> tuple[WorkerReport, ...]:
-    """The workers' latest reports; one that does not decode is left out.
-
-    Keys come from the stream's subjects and values by direct get: no consumer, so a user that
-    may only read (the dispatcher's, in compose) can run it."""
-    try:
-        info = await js.stream_info(WORKERS_STREAM, subjects_filter=f"$KV.{WORKERS_BUCKET}.>")
-        bucket = await js.key_value(WORKERS_BUCKET)
-    except NotFoundError:
-        return ()
-    reports = []
-    for subject in sorted(info.state.subjects or {}):
-        try:
-            entry = await bucket.get(subject[len(f"$KV.{WORKERS_BUCKET}.") :])
-            reports.append(WorkerReport.from_wire(entry.value or b""))
-        except (KeyNotFoundError, MessageError):
-            continue  # expired since the listing, or not a report this build reads
-    return tuple(reports)
-
-
 async def read_status(settings: Settings, js: JetStreamContext, job: str | None = None) -> Status:
     """One reading: etcd first, then JetStream (raises RegistryError or nats errors)."""
     at = time.time()
@@ -320,7 +304,7 @@ async def run_status(
     try:
         js = nc.jetstream()
         if job is not None:
-            await check_known(js, settings, job)  # a typo is one line, exit 2
+            await check_known(js, job)  # a typo is one line, exit 2
         previous = await read_status(settings, js, job)
         if watch_s is None and interval_s <= 0:
             _show(previous, as_json, out, clear=False)
