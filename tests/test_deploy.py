@@ -46,6 +46,7 @@ from opentelemetry.sdk import environment_variables as otel_variables
 
 from jetcrawl.cli import build_parser
 from jetcrawl.cli.commands import apply_topology as cli_apply_topology
+from jetcrawl.contract.control import PAUSED
 from jetcrawl.contract.errors import TopologyError
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
@@ -53,6 +54,7 @@ from jetcrawl.contract.render import RENDER_SUBJECT
 from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
 from jetcrawl.contract.topology import (
     BODIES_STREAM,
+    CONTROL_BUCKET,
     FRONTIER_STREAM,
     ITEMS_STREAM,
     RESULTS_STREAM,
@@ -61,6 +63,7 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     Topology,
     item_subject,
+    lane_config,
     result_subject,
     task_subject,
 )
@@ -75,8 +78,10 @@ from jetcrawl.local.embedded import (
     nats_server_binary,
 )
 from jetcrawl.ops.dlq import read_letters, replay
+from jetcrawl.ops.jobstatus import check_known, read_controls
 from jetcrawl.plumbing.bodies import BodyStore
 from jetcrawl.plumbing.bus import inbox_prefix
+from jetcrawl.plumbing.control import ControlStore, ControlWatch, purge_tasks
 from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
 from jetcrawl.registry import read_ownership
@@ -727,7 +732,7 @@ async def test_services_without_create_rights_check_the_topology_and_change_noth
             await ensure(worker.jetstream(), settings)  # the same declaration: accepted
 
             with pytest.raises(
-                TopologyError, match="shard-0 has ack_wait=30000000000, not 7000000000"
+                TopologyError, match="dispatch has ack_wait=30000000000, not 7000000000"
             ):
                 await ensure(worker.jetstream(), settings.replace(ack_wait_s=7.0))
             topology = Topology.from_settings(settings)
@@ -870,6 +875,63 @@ async def test_services_read_job_specs_and_only_a_worker_publishes_items(
             assert (await store.get("shop")).version == 3, "the worker wrote no spec"
         finally:
             for client in (worker, dispatcher_nc, admin):
+                await client.close()
+
+
+async def test_job_control_is_the_admins_and_the_services_only_read_it(
+    tmp_path: Path, passwords: dict[str, str]
+) -> None:
+    """The operator (admin) pauses and cancels: KV crawl_control writes and the purge of a job's
+    lanes. The dispatcher publishes to any lane; the worker makes a lane's consumer and pulls
+    from it; both watch the run states and read them for `jetcrawl status`, and neither may
+    write a state, purge the task stream or delete a lane's consumer."""
+    async with compose_nats(tmp_path / "nats") as server:
+        settings = Settings(nats_url=server.url, shards=4)
+        await apply_topology(server, settings)
+        admin = await connect_as(server, "admin")
+        errors: asyncio.Queue[str] = asyncio.Queue()
+        worker = await connect_as(server, "worker", errors)
+        dispatcher = await connect_as(server, "dispatcher", errors)
+        lane = lane_config(settings, 1, 0, "news")
+        try:
+            await dispatcher.jetstream().publish(task_subject(1, 0, "news"), b"a task")  # allowed
+            await dispatcher.jetstream().publish(task_subject(2, 3, "shop"), b"a task")
+            wjs = worker.jetstream(timeout=2)
+            await wjs.add_consumer(TASKS_STREAM, lane)  # allowed: its shard's lane
+            sub = await wjs.pull_subscribe_bind(lane.durable_name or "", stream=TASKS_STREAM)
+            [msg] = await sub.fetch(1, timeout=5)
+            await msg.ack_sync()
+
+            admin_store = await ControlStore.open(admin.jetstream())
+            await admin_store.change("shop", PAUSED, "ops@console")
+            for nc in (worker, dispatcher):  # the watch, and status's reads
+                watch = ControlWatch(nc.jetstream(timeout=2))
+                stop = asyncio.Event()
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(watch.run(stop))
+                    async with asyncio.timeout(10):
+                        await watch.wait_for(lambda w=watch: w.state("shop") == PAUSED)
+                    stop.set()
+                assert [c.state for c in await read_controls(nc.jetstream())] == [PAUSED]
+                await check_known(nc.jetstream(), "shop")
+            assert_no_violations(server)
+
+            for nc in (worker, dispatcher):
+                with pytest.raises(NatsTimeoutError):
+                    await nc.jetstream(timeout=1).publish(f"$KV.{CONTROL_BUCKET}.shop", b"x")
+                await refused(errors, f'publish to "$KV.{CONTROL_BUCKET}.shop"')
+                with pytest.raises(NatsTimeoutError):
+                    await nc.jetstream(timeout=1).purge_stream(TASKS_STREAM)
+                await refused(errors, f'publish to "$JS.API.STREAM.PURGE.{TASKS_STREAM}"')
+            with pytest.raises(NatsTimeoutError):
+                await worker.jetstream(timeout=1).delete_consumer(TASKS_STREAM, "tasks-1-0-news")
+            await refused(errors, 'publish to "$JS.API.CONSUMER.DELETE.CRAWL_TASKS.tasks-1-0-news"')
+
+            assert await purge_tasks(admin, "shop", 5) == 1  # the operator may
+            assert (await admin_store.get("shop")).state == PAUSED, "nobody else wrote it"
+            assert (await admin.jetstream().stream_info(TASKS_STREAM)).state.messages == 0
+        finally:
+            for client in (worker, dispatcher, admin):
                 await client.close()
 
 
