@@ -1,11 +1,14 @@
 """The lane schedule of one shard, as pure logic: levels first with guaranteed shares, then jobs
-by weight; and the board's reading of the task stream's subjects."""
+by weight; the board's reading of the task stream's subjects; and a task's level."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
 
+from jetcrawl.contract.jobs import JobSpec
+from jetcrawl.contract.messages import Lineage, Task
+from jetcrawl.dispatcher.jobrules import level_of
 from jetcrawl.worker.lanes import JobRates, LaneBoard, Schedule
 
 WEIGHTS = (8, 4, 2, 1)
@@ -108,3 +111,20 @@ def test_a_jobs_rate_gives_tokens_at_its_pace() -> None:
     assert rates.available("j", 2.0) == 1
     now[0] = 100.0
     assert rates.available("j", 2.0) == 2, "at most a second's worth is saved up"
+
+
+def test_a_tasks_level_is_its_own_then_the_specs_rule_then_its_seeds_then_the_default() -> None:
+    spec = JobSpec.read(
+        {"name": "j", "priority": {"default": 3, "rules": [{"match": "/hot/", "level": 0}]}}
+    )
+    seeded = Lineage("j", "host", "a.test", 3, priority=1)
+    plain = Lineage("j", "host", "a.test", 3)
+
+    def task(path: str, lineage: Lineage, prio: int | None = None) -> Task:
+        return Task(f"http://a.test{path}", "f", 1, lineage, None, 0, prio)
+
+    assert level_of(task("/hot/1", seeded, prio=2), spec, 2) == 2  # a plugin's or seed's own
+    assert level_of(task("/hot/1", seeded), spec, 2) == 0  # the spec's rule
+    assert level_of(task("/cold", seeded), spec, 2) == 1  # the seed's, inherited
+    assert level_of(task("/cold", plain), spec, 2) == 3  # the spec's default
+    assert level_of(task("/cold", plain), None, 1) == 1  # the settings'

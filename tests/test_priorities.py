@@ -4,12 +4,14 @@ paused, its worker restarted, resumed, and cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
+import pytest
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING
@@ -21,7 +23,14 @@ from jetcrawl.plumbing.control import ControlStore
 from jetcrawl.worker import Worker
 from tests.support.badsite import BadSite
 from tests.support.streams import eventually
-from tests.test_good_citizen import drained, page, redelivered, results, settings_for
+from tests.test_good_citizen import (
+    dead_letters,
+    drained,
+    page,
+    redelivered,
+    results,
+    settings_for,
+)
 
 PAGES = 20
 
@@ -203,3 +212,72 @@ async def test_a_cancelled_job_leaves_no_task_and_the_other_job_is_untouched(
     assert not changed and again.at == record.at, "the cancellation is recorded once"
     assert settled > 0, "the tasks it held were settled, not fetched"
     assert not [t for t, _ in gone.log if t > cancelled_at + 2.0], "fetched after the cancel"
+
+
+@asynccontextmanager
+async def owning(settings: Settings, worker_id: str, shards: range) -> AsyncIterator[Worker]:
+    async with Worker(settings, worker_id) as worker, asyncio.TaskGroup() as tg:
+        tg.create_task(worker.run())
+        await worker.wait_running()
+        for shard in shards:
+            await worker.on_acquired(shard, fence=1)
+        try:
+            yield worker
+        finally:
+            worker.stop()
+
+
+@pytest.mark.parametrize("cap", [5.0, None])
+async def test_a_jobs_rate_cap_holds_across_two_workers(
+    nats_server: NatsServer, js: JetStreamContext, cap: float | None
+) -> None:
+    # 4 hosts, no host delay, two workers owning half the shards each: only the cap paces them.
+    settings = settings_for(nats_server)
+    per_host = 10
+    hosts = [f"127.0.0.{n}" for n in range(2, 6)]
+    spec: dict[str, Any] = {"name": "capped"}
+    if cap is not None:
+        spec["max_pages_per_s"] = cap
+    async with contextlib.AsyncExitStack() as stack:
+        sites = [await stack.enter_async_context(site_with(h, ("c", per_host))) for h in hosts]
+        dispatcher = await stack.enter_async_context(dispatching(settings))
+        first, *rest = [
+            {"url": site.url(f"/c{n}"), "job": "capped"} for site in sites for n in range(per_host)
+        ]
+        await js.publish(SEEDS, orjson.dumps([{"url": first["url"], "spec": spec}, *rest]))
+        await admitted(dispatcher, len(hosts) * per_host)
+        await stack.enter_async_context(owning(settings, "w1", range(0, 2)))
+        await stack.enter_async_context(owning(settings, "w2", range(2, 4)))
+        await drained(js, within_s=60)
+    times = sorted(t for site in sites for t, path in site.log if path != "/robots.txt")
+    assert len(times) == len(hosts) * per_host
+    took_s = times[-1] - times[0]
+    if cap is None:
+        assert took_s < 40 / 5.0 / 2, "the negative case: uncapped, it is much faster"
+        return
+    # each worker may start with one token: 2 pages at once, the other 38 at 5 a second
+    assert took_s >= (len(times) - 2) / cap * 0.9, took_s
+    most_in_a_second = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
+    assert most_in_a_second <= cap + 2, most_in_a_second
+
+
+async def test_a_seed_whose_priority_is_out_of_range_is_a_dead_letter_saying_why(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    settings = settings_for(nats_server)
+    async with dispatching(settings) as dispatcher:
+        await js.publish(
+            SEEDS,
+            orjson.dumps(
+                [{"url": "http://127.0.0.2/a", "priority": 7}, {"url": "http://127.0.0.2/b"}]
+            ),
+        )
+        await admitted(dispatcher, 1)
+
+        async def lettered() -> bool:
+            return bool(await dead_letters(js))
+
+        await eventually(lettered)
+    [letter] = await dead_letters(js)
+    assert (letter.stage, letter.reason) == ("seeds", "bad_priority")
+    assert "0-3" in letter.detail and "7" in letter.detail
