@@ -41,8 +41,9 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     SEEN_SUBJECT_PREFIX,
     TASKS_STREAM,
+    lane_config,
+    lane_consumer,
     result_subject,
-    shard_consumer,
     task_subject,
 )
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
@@ -203,9 +204,7 @@ async def _phases(
         await measure(
             "task pull + ack",
             len(tasks[0].payload),
-            lambda: _pull(
-                js, [(TASKS_STREAM, shard_consumer(s), c) for s, c in sorted(per_shard.items())]
-            ),
+            lambda: _pull_lanes(js, settings, per_shard),
         ),
         await measure(
             "links pull + ack",
@@ -249,6 +248,16 @@ async def publish_all(outbox: Outbox, messages: list[Outgoing]) -> None:
         failed = [a for a in acks if isinstance(a, PublishFailed)]
         if failed:
             raise RuntimeError(f"{len(failed)} publishes failed, e.g. {failed[0]}")
+
+
+async def _pull_lanes(js: JetStreamContext, settings: Settings, per_shard: Counter[int]) -> None:
+    """The tasks pulled from each shard's lane (the default level and job), as a worker does."""
+    for shard in per_shard:
+        await js.add_consumer(TASKS_STREAM, lane_config(settings, shard, 2, "default"))
+    await _pull(
+        js,
+        [(TASKS_STREAM, lane_consumer(s, 2, "default"), c) for s, c in sorted(per_shard.items())],
+    )
 
 
 async def _pull(js: JetStreamContext, consumers: list[tuple[str, str, int]]) -> None:
