@@ -5,11 +5,11 @@ one client pushes each kind of message a crawled page causes through jetcrawl's 
 (pipelined, ``BATCH`` at a time, each with its ``Nats-Msg-Id``) and pulls what the services pull
 (``fetch(BATCH)`` and a plain ``ack()`` each, as the worker does):
 
-    task publish        dispatcher -> crawl.tasks.<shard>.<level>.<job> (one lane per shard)
+    task publish        dispatcher -> crawl.tasks.<shard>
     seen create         dispatcher -> $KV.crawl_seen.<fp> (expected last subject sequence 0)
     result publish      worker -> crawl.results.<shard>
     links publish       worker -> crawl.discovered (one message of ~30 links per page)
-    task pull + ack     worker, over every shard's lane consumer
+    task pull + ack     worker, over every shard consumer
     links pull + ack    dispatcher, on the "dispatch" consumer
 
 For each: messages per second from this one Python client, and CPU microseconds per message of
@@ -33,14 +33,7 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from bench.procs import cpu_seconds, self_cpu_s
-from jetcrawl.contract.messages import (
-    DEFAULT_JOB,
-    DEFAULT_PRIORITY,
-    Discovered,
-    Lineage,
-    Result,
-    Task,
-)
+from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
     DISCOVERED,
@@ -49,6 +42,7 @@ from jetcrawl.contract.topology import (
     SEEN_SUBJECT_PREFIX,
     TASKS_STREAM,
     lane_config,
+    lane_consumer,
     result_subject,
     task_subject,
 )
@@ -186,11 +180,6 @@ async def _phases(
         for i, (url, fp) in enumerate(zip(urls, fps, strict=True))
     ]
 
-    # The lanes' consumers, as a shard's owner makes them when it sees tasks there.
-    lanes = [lane_config(settings, s, DEFAULT_PRIORITY, DEFAULT_JOB) for s in sorted(per_shard)]
-    for lane in lanes:
-        await js.add_consumer(TASKS_STREAM, lane)
-
     async def measure(name: str, size: int, work: Callable[[], Awaitable[None]]) -> Phase:
         server_before, client_before = cpu_seconds(server_pid), self_cpu_s()
         started = time.perf_counter()
@@ -215,13 +204,7 @@ async def _phases(
         await measure(
             "task pull + ack",
             len(tasks[0].payload),
-            lambda: _pull(
-                js,
-                [
-                    (TASKS_STREAM, lane.durable_name or "", per_shard[s])
-                    for s, lane in zip(sorted(per_shard), lanes, strict=True)
-                ],
-            ),
+            lambda: _pull_lanes(js, settings, per_shard),
         ),
         await measure(
             "links pull + ack",
@@ -265,6 +248,16 @@ async def publish_all(outbox: Outbox, messages: list[Outgoing]) -> None:
         failed = [a for a in acks if isinstance(a, PublishFailed)]
         if failed:
             raise RuntimeError(f"{len(failed)} publishes failed, e.g. {failed[0]}")
+
+
+async def _pull_lanes(js: JetStreamContext, settings: Settings, per_shard: Counter[int]) -> None:
+    """The tasks pulled from each shard's lane (the default level and job), as a worker does."""
+    for shard in per_shard:
+        await js.add_consumer(TASKS_STREAM, lane_config(settings, shard, 2, "default"))
+    await _pull(
+        js,
+        [(TASKS_STREAM, lane_consumer(s, 2, "default"), c) for s, c in sorted(per_shard.items())],
+    )
 
 
 async def _pull(js: JetStreamContext, consumers: list[tuple[str, str, int]]) -> None:

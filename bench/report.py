@@ -32,6 +32,8 @@ TARGET_VS_BARE = 0.6  # ... and at least 60 % of the bare fetch + extract loop's
 TARGET_CPU_VS_BARE = 2.5  # CPU per page (all processes) at most 2.5x the bare loop's
 TARGET_WORKERS = 1.3  # two workers' pages/s at least 1.3x one worker's
 ONE_WORKER, TWO_WORKERS = "jetcrawl-1", "jetcrawl-2"
+LEVELS = "jetcrawl-levels"  # one worker, seeds over the four priority levels
+TARGET_LEVELS = 0.95  # priority handling costs at most 5% of one worker's pages/s
 # Issue 7's absolute target, retired by issue 29; the floor and the machine lines still weigh it.
 TARGET_CPU_MS = 0.8
 # Scrapy's CPU per page and the bare fetch+extract loop's pages/s on the machine where issue 7
@@ -44,6 +46,7 @@ TARGETS = {
     "cpu_vs_bare_extract": f"<= {TARGET_CPU_VS_BARE:g}x bare fetch+extract CPU per page "
     "(all processes)",
     "vs_one_worker": f">= {TARGET_WORKERS:g}x {ONE_WORKER} pages/s (two workers)",
+    "levels_vs_one_worker": f">= {TARGET_LEVELS:.0%} of {ONE_WORKER} pages/s (four levels)",
 }
 WORK_LABELS = {
     "html": "the HTML pages (a known list)",
@@ -134,6 +137,7 @@ class Report:
             "vs_bare_extract": rate / bare if bare else None,
             "cpu_vs_bare_extract": cpu / bare_cpu if bare_cpu else None,
             "vs_one_worker": rate / one if one and system == TWO_WORKERS else None,
+            "levels_vs_one_worker": rate / one if one and system == LEVELS else None,
             # CPU per page as a share of Scrapy's, which does not depend on the machine as much
             # as milliseconds do; the CPU target was TARGET_CPU_MS / REFERENCE_SCRAPY_CPU_MS.
             "cpu_vs_scrapy": cpu / scrapy_cpu if scrapy_cpu else None,
@@ -152,6 +156,12 @@ class Report:
             "vs_bare_extract": (vs_bare, None if vs_bare is None else vs_bare >= TARGET_VS_BARE),
             "cpu_vs_bare_extract": (cpu, None if cpu is None else cpu <= TARGET_CPU_VS_BARE),
             "vs_one_worker": (workers, None if workers is None else workers >= TARGET_WORKERS),
+            "levels_vs_one_worker": (
+                c["levels_vs_one_worker"],
+                None
+                if c["levels_vs_one_worker"] is None
+                else c["levels_vs_one_worker"] >= TARGET_LEVELS,
+            ),
         }
 
     def cpu_floor(self) -> dict[str, float] | None:

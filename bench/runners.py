@@ -55,7 +55,9 @@ __all__ = [
     "stored_messages_in",
 ]
 
-SYSTEMS = ("bare-fetch", "bare-extract", "scrapy", "jetcrawl-1", "jetcrawl-2")
+# jetcrawl-levels: one worker, the seeds spread over the four priority levels (what priority
+# handling costs, against jetcrawl-1)
+SYSTEMS = ("bare-fetch", "bare-extract", "scrapy", "jetcrawl-1", "jetcrawl-2", "jetcrawl-levels")
 MAX_DEPTH = 100  # the site is a few links deep; no system may stop early
 # Per-host politeness settings other engineers are adding; set when this build has them.
 POLITENESS = {"host_delay_s": "0", "host_concurrency": "8"}
@@ -330,6 +332,9 @@ def _command(
         seeds_file.write_text("\n".join(seeds) + "\n")
         command = [python, "-m", "bench.scrapy_spider", str(seeds_file), str(output)]
         return command, child_env(ctx.site_env)
+    if name == "jetcrawl-levels":
+        seeds = [orjson.dumps({"url": s, "priority": i % 4}).decode() for i, s in enumerate(seeds)]
+        name = "jetcrawl-1"
     if name.startswith("jetcrawl-"):
         workers = name.removeprefix("jetcrawl-")
         env = child_env(ctx.site_env | ctx.jetcrawl_env)

@@ -51,7 +51,7 @@ META = {
 
 
 def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
-    systems = ["bare-fetch", "bare-extract", "jetcrawl-1"]
+    systems = ["bare-fetch", "bare-extract", "jetcrawl-1", "jetcrawl-levels"]
     if importlib.util.find_spec("scrapy") is not None:
         systems.append("scrapy")
     argv = ["--out", str(tmp_path), "--hosts", "2", "--pages", "50", "--reps", "1"]
@@ -78,7 +78,11 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
         "vs_bare_extract",
         "cpu_vs_bare_extract",
         "vs_one_worker",
+        "levels_vs_one_worker",
     }
+    # the seeds over four levels fetch the same pages; the ratio is priority handling's cost
+    levels = report["systems"]["jetcrawl-levels"]["comparisons"]["levels_vs_one_worker"]
+    assert levels is not None and levels > 0
     ceiling = report["ceiling"]
     assert len(ceiling["phases"]) == 6
     # A page's links messages weigh what the crawl stored per page, not one each.

@@ -99,6 +99,28 @@ def test_no_rules_follow_everything() -> None:
         ({"name": "s", "plugins": ["ok", "no way"]}, "plugins[1]", "entry-point name"),
         ({"name": "s", "plugins": ["a", "a"]}, "plugins", "twice"),
         ({"name": "s", "extract": []}, "extract", "an object"),
+        ({"name": "s", "priority": {"default": 4}}, "priority.default", "0-3"),
+        ({"name": "s", "priority": {"default": True}}, "priority.default", "0-3"),
+        ({"name": "s", "priority": {"weight": 0}}, "priority.weight", "at least 1"),
+        ({"name": "s", "priority": {"weight": 10**6}}, "priority.weight", "at most 1000"),
+        (
+            {"name": "s", "priority": {"rules": [{"match": "/p/"}]}},
+            "priority.rules[0].level",
+            "missing",
+        ),
+        (
+            {"name": "s", "priority": {"rules": [{"match": "(", "level": 0}]}},
+            "priority.rules[0].match[0]",
+            "regular expression",
+        ),
+        (
+            {"name": "s", "priority": {"rules": [{"match": "x", "level": -1}]}},
+            "priority.rules[0].level",
+            "0-3",
+        ),
+        ({"name": "s", "priority": {"first": 0}}, "priority.first", "unknown field"),
+        ({"name": "s", "max_pages_per_s": 0}, "max_pages_per_s", "more than 0"),
+        ({"name": "s", "max_pages_per_s": "fast"}, "max_pages_per_s", "pages per second"),
         (["name"], "", "must be an object"),
     ],
 )
@@ -120,3 +142,16 @@ def test_a_stored_spec_round_trips_and_a_broken_record_is_a_message_error() -> N
         )
     with pytest.raises(MessageError):
         StoredSpec.from_wire(b'{"v": 1, "version": 0, "put_at": 0, "spec": {"name": "s"}}')
+
+
+def test_a_priority_section_gives_levels_by_rule_then_default() -> None:
+    spec = JobSpec.read(
+        {
+            "name": "shop",
+            "priority": {"default": 3, "weight": 5, "rules": [{"match": "/product/", "level": 0}]},
+            "max_pages_per_s": 2.5,
+        }
+    )
+    assert spec.priority.level_of("https://shop.test/product/1") == 0
+    assert spec.priority.level_of("https://shop.test/about") is None
+    assert (spec.priority.default, spec.priority.weight, spec.max_pages_per_s) == (3, 5, 2.5)

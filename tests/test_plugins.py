@@ -176,6 +176,10 @@ def test_a_plugin_that_raises_fails_with_its_name_and_the_exception() -> None:
         (Output(links=(LinkOut("http://u:p@shop.test/"),)), "links[0].url is no crawlable URL"),
         (Output(links=(LinkOut(b"http://x/"),)), "links[0].url is bytes, not a str"),  # type: ignore[arg-type]
         (Output(links=(LinkOut("/b", meta={"s": {1, 2}}),)), "links[0].meta is not JSON"),
+        (
+            Output(links=(LinkOut("/b", priority=4),)),
+            "links[0].priority must be a whole number 0-3",
+        ),
     ],
 )
 def test_bad_output_is_a_failure_of_the_plugin(output: Any, problem: str) -> None:

@@ -5,6 +5,9 @@ A job's pages also go through ``extract/`` (the spec's declarative rules) and ``
 A fetched result is held until it is stored (``unpublished.py``): a page is never fetched again
 because NATS did not answer.
 
+A shard's tasks come in lanes by priority level and job (``lanes.py``: the schedule, the board of
+lanes, the rate caps); a paused job's held tasks wait in ``parking.py``.
+
 The modules for rendering, proxies and soft blocks (issue 28), beside the tree in CONTRIBUTING.md:
 
 pages.py      a task's page fetched as its job's fetch policy says: User-Agent, proxy, render

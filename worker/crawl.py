@@ -25,7 +25,7 @@ import heapq
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
@@ -139,10 +139,12 @@ class TaskProcessor:
         pages: PageFetcher | None = None,
         jobs: Jobs | None = None,
         control: tuple[ControlWatch, Parking] | None = None,
+        paced: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._settings = settings
         # job run states, and where a paused job's tasks wait (None: every job runs)
         self._control = control
+        self._paced = paced  # waits for a fetch token of a job with max_pages_per_s
         self.tally = JobTally()  # each job's pages, errors and settled tasks here
         # the fetch under each job's policy: User-Agent, proxies, soft blocks, rendering
         self._pages = pages or PageFetcher(settings, fetcher, None)
@@ -243,6 +245,9 @@ class TaskProcessor:
             verdict = await self._robots_step(a)
             if not isinstance(verdict, RobotsVerdict):
                 return verdict
+            if self._paced is not None:
+                self._waits(a.seq, a.task.url, "job rate")
+                await self._paced(a.task.lineage.job)
             turn = await self._turn_step(a, verdict, abandoned)
             if not isinstance(turn, Turn):
                 return turn

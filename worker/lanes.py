@@ -183,7 +183,9 @@ class Schedule:
 class JobRates:
     """Each capped job's tokens on this worker: its ``max_pages_per_s`` shared out among the
     workers in proportion to the job's tasks on the shards each owns (what the lane board
-    shows every worker alike), so the mesh together stays within the cap."""
+    shows every worker alike), so the mesh together stays within the cap. The worker keeps two:
+    one paces what a shard takes in (so capped tasks do not fill the holding), one what is
+    fetched (so tasks taken in together, or waiting for robots.txt, do not go out at once)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -200,6 +202,15 @@ class JobRates:
     def spend(self, job: str, n: int) -> None:
         tokens, at = self._tokens.get(job, (0.0, self._clock()))
         self._tokens[job] = (tokens - n, at)
+
+    async def acquire(self, job: str, rate: Callable[[], float | None]) -> None:
+        """Take one token of ``job``, waiting for it; ``rate()`` is read again after a wait
+        (None: the cap is gone)."""
+        while (pace := rate()) is not None:
+            if self.available(job, pace) >= 1:
+                self.spend(job, 1)
+                return
+            await asyncio.sleep(self.due_in(job, pace))
 
     def due_in(self, job: str, rate: float) -> float:
         """Seconds until ``job`` has a whole token at ``rate``."""

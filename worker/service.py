@@ -87,7 +87,8 @@ class Worker:
         self._jobs: Jobs | None = None  # the specs compiled: extraction, plugins
         self.control: ControlWatch | None = None  # job run states, as KV crawl_control shows
         self._board: LaneBoard | None = None  # the tasks of every lane
-        self._rates = JobRates()
+        self._rates = JobRates()  # what shards take in of capped jobs
+        self._fetch_rates = JobRates()  # what is fetched of them
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
@@ -147,6 +148,7 @@ class Worker:
             validators=Validators(await self._js.key_value(VALIDATORS_BUCKET)),
             jobs=self._jobs,
             control=(self.control, self._parking),
+            paced=self._paced,
         )
         if self._settings.report_interval_s > 0:
             self._reporter = Reporter(
@@ -206,6 +208,11 @@ class Worker:
             return cap
         total = self._board.job_total(job)
         return cap if total == 0 else cap * self._board.job_on(job, self._pullers) / total
+
+    async def _paced(self, job: str) -> None:
+        """Until ``job`` may fetch a page here under its rate cap (at once without one)."""
+        if self._rate(job) is not None:
+            await self._fetch_rates.acquire(job, partial(self._rate, job))
 
     def fence_on(self, holds_lease: Callable[[], bool]) -> None:
         """Start no fetch unless ``holds_lease()`` (the registry's local lease deadline)."""

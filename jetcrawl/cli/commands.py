@@ -160,11 +160,18 @@ async def _status(settings: Settings, args: argparse.Namespace) -> int:
 def check_crawl_input(seeds: list[str], output: Path | None) -> None:
     """Raise ``UsageError`` for a seed that is no crawlable URL or an output that cannot be
     written, so that a typo costs one line and nothing else."""
+    from jetcrawl.contract.messages import SeedReject, decode_seeds
     from jetcrawl.contract.urls import canonicalize
 
     for seed in seeds:
+        url = seed
+        if seed.startswith("{"):  # a seed object, as crawl.seeds takes it: {"url", "priority"...}
+            [read] = decode_seeds(seed.encode()) or [SeedReject("empty", "no seed", "")]
+            if isinstance(read, SeedReject):
+                raise UsageError(f"seed {seed[:80]!r}", f"{read.reason}: {read.detail}")
+            url = read.url
         try:
-            canonicalize(seed)
+            canonicalize(url)
         except UrlError as e:
             raise UsageError(f"seed {seed!r}", f"not a URL jetcrawl can crawl ({e.reason})") from e
     if output is None:

@@ -127,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crawl", help="crawl on one machine and write the results")
     p.set_defaults(func=commands.cmd_crawl)
-    p.add_argument("seeds", nargs="+", metavar="SEED", help="start URL(s)")
+    p.add_argument(
+        "seeds", nargs="+", metavar="SEED", help='start URL(s), or {"url": ..., "priority": 0}'
+    )
     _connection_flags(p, etcd=True)
     p.add_argument("--workers", type=positive, default=2, help="worker processes (default 2)")
     p.add_argument("--concurrency", type=positive, help="tasks in flight per worker")

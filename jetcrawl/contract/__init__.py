@@ -5,9 +5,11 @@ settings.py   the one frozen ``Settings`` object, from flags and ``JETCRAWL_*`` 
 messages.py   wire shapes and their frozen dataclasses (seeds, tasks, results, dead letters)
 topology.py   streams, consumers and buckets as code; subjects (declared: plumbing applies them)
 urls.py       canonical URLs, scope, the shard function and the URL fingerprint
-jobs.py       job specs: link rules, filters, limits, extraction and plugins; read strictly
+jobs.py       job specs: link rules, filters, limits, extraction, plugins, priority; read strictly
+control.py    a job's run state: running, paused or cancelled
 """
 
-PROTOCOL_VERSION = 2  # the mesh's protocol: in the tasks stream's metadata and worker records
+# The mesh's protocol, in the tasks stream's metadata and worker records; 2: tasks on lanes.
+PROTOCOL_VERSION = 2
 
 __all__ = ["PROTOCOL_VERSION"]

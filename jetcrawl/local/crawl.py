@@ -165,13 +165,16 @@ async def _etcd_answers(settings: Settings) -> None:
 
 
 def _seed_body(seed: str, request: CrawlRequest) -> bytes:
-    obj: dict[str, object] = {"url": seed}
-    if request.max_depth is not None:
-        obj["max_depth"] = request.max_depth
-    if request.scope is not None:
-        obj["scope"] = request.scope
-    if request.job is not None:
-        obj["job"] = request.job
+    """The seed as crawl.seeds takes it; a seed given as a JSON object keeps its own fields."""
+    obj: dict[str, object] = orjson.loads(seed) if seed.startswith("{") else {"url": seed}
+    own = set(obj)
+    for name, value in (
+        ("max_depth", request.max_depth),
+        ("scope", request.scope),
+        ("job", request.job),
+    ):
+        if value is not None and name not in own:
+            obj[name] = value
     return orjson.dumps(obj)
 
 

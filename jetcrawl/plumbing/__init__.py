@@ -11,6 +11,8 @@ health.py       readiness checks (NATS, etcd) for ``/readyz``
 endpoint.py     the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``
 bodies.py       page bodies in the ``crawl_bodies`` object store
 specs.py        job specs in KV ``crawl_specs``: versioned puts, reads, the services' watch
+control.py      job run states in KV ``crawl_control``: changes by compare-and-set, the watch
+kvwatch.py      a KV bucket kept in memory by a watch (specs, run states)
 tls.py          the TLS files of the settings: a verifying ssl context, PEM bytes for gRPC
 natsinternals.py  the private attributes of nats-py we rely on, in one place, checked
 """
