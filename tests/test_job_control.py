@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import socket
 import sys
+import time
 
 import pytest
 from nats.js import JetStreamContext
@@ -14,11 +15,14 @@ from nats.js import JetStreamContext
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING, JobControl
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import CONTROL_BUCKET, TASKS_STREAM, task_subject
+from jetcrawl.contract.topology import CONTROL_BUCKET, SEEDS, TASKS_STREAM, task_subject
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.control import ControlStore
 from jetcrawl.plumbing.specs import SpecStore
 from jetcrawl.plumbing.topology import ensure
+from tests.support.streams import eventually
+from tests.test_good_citizen import drained, results, settings_for
+from tests.test_priorities import dispatching, seeds, site_with, working
 
 
 async def jetcrawl(nats_url: str, *args: str) -> tuple[int, str, str]:
@@ -151,3 +155,54 @@ async def test_a_dead_server_is_one_line_naming_it(nats_server: NatsServer) -> N
     # and the negative: the same command against a live server with no topology yet
     code, _, err = await jetcrawl(nats_server.url, "job", "cancel", "news")
     assert code == 2 and f"KV {CONTROL_BUCKET} is missing" in err
+
+
+async def test_pause_then_cancel_from_the_command_line_on_a_crawling_mesh(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    """The commands against the lead's worker and dispatcher: a paused job is no longer fetched
+    while the other goes on; its cancel purges what it has queued, and nothing of it remains."""
+    settings = settings_for(nats_server, host_delay_s=0.1)
+    async with (
+        site_with("127.0.0.2", ("gone", 60)) as gone,
+        site_with("127.0.0.3", ("kept", 40)) as kept,
+        dispatching(settings),
+    ):
+        await js.publish(SEEDS, seeds(gone, "gone", 60, job="gone"))
+        async with working(settings):
+
+            async def started() -> bool:
+                return len(gone.paths()) >= 3
+
+            await eventually(started)
+            await js.publish(SEEDS, seeds(kept, "kept", 40, job="kept"))
+            code, out, err = await jetcrawl(nats_server.url, "job", "pause", "gone")
+            assert (code, out, err) == (0, "job gone paused\n", "")
+            paused_at = time.monotonic()
+
+            async def kept_moves_on() -> bool:  # 40 pages 0.1 s apart: about 4 s
+                return len(kept.paths()) >= 30
+
+            await eventually(kept_moves_on)
+            late = [t for t, path in gone.log if t > paused_at + 2.0 and path != "/robots.txt"]
+            assert not late, "fetched more than 2 s after the pause"
+            assert len(gone.paths()) < 60
+
+            code, out, err = await jetcrawl(nats_server.url, "job", "cancel", "gone")
+            assert code == 0 and not err, err
+            purged = int(out.removeprefix("job gone cancelled: ").split()[0])
+            assert out == f"job gone cancelled: {purged} queued tasks removed\n"
+            await drained(js)
+    assert not [s for s in await lanes(js) if s.endswith(".gone")]
+    assert (await stream_count(js)) == 0
+    cancelled = await record(js, "gone")
+    assert (cancelled.state, cancelled.purged) == (CANCELLED, purged)
+    assert purged > 0, "a paused job's tasks were still queued: the cancel took them"
+    crawled = await results(js)
+    assert {u for u in crawled if u.startswith(kept.origin)} == {
+        kept.url(f"/kept{n}") for n in range(40)
+    }
+
+
+async def stream_count(js: JetStreamContext) -> int:
+    return (await js.stream_info(TASKS_STREAM)).state.messages
