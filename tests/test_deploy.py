@@ -47,7 +47,7 @@ from opentelemetry.sdk import environment_variables as otel_variables
 from jetcrawl.cli import build_parser
 from jetcrawl.cli.commands import apply_topology as cli_apply_topology
 from jetcrawl.contract.control import PAUSED
-from jetcrawl.contract.errors import TopologyError
+from jetcrawl.contract.errors import JetcrawlError, TopologyError
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.render import RENDER_SUBJECT
@@ -77,6 +77,7 @@ from jetcrawl.local.embedded import (
     free_ports,
     nats_server_binary,
 )
+from jetcrawl.ops.control import run_control
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.ops.jobstatus import check_known, read_controls
 from jetcrawl.plumbing.bodies import BodyStore
@@ -926,6 +927,16 @@ async def test_job_control_is_the_admins_and_the_services_only_read_it(
             with pytest.raises(NatsTimeoutError):
                 await worker.jetstream(timeout=1).delete_consumer(TASKS_STREAM, "tasks-1-0-news")
             await refused(errors, 'publish to "$JS.API.CONSUMER.DELETE.CRAWL_TASKS.tasks-1-0-news"')
+
+            as_worker = settings.replace(
+                nats_user="worker",
+                nats_password=Secret(passwords["NATS_WORKER_PASSWORD"]),
+                command_timeout_s=1.0,
+            )
+            with pytest.raises(
+                JetcrawlError, match=r"job shop: NATS at .* did not take the resume"
+            ):
+                await run_control(as_worker, "resume", "shop")  # one line, exit 2, in the CLI
 
             assert await purge_tasks(admin, "shop", 5) == 1  # the operator may
             assert (await admin_store.get("shop")).state == PAUSED, "nobody else wrote it"

@@ -17,11 +17,12 @@ import getpass
 import socket
 
 from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING, JobControl, State
 from jetcrawl.contract.errors import JetcrawlError
-from jetcrawl.contract.settings import Settings
+from jetcrawl.contract.settings import Settings, redact_urls
 from jetcrawl.contract.topology import CONTROL_BUCKET
 from jetcrawl.ops.jobstatus import check_job_name, check_known, when
 from jetcrawl.plumbing.bus import connect
@@ -55,13 +56,21 @@ async def run_control(settings: Settings, action: str, name: str) -> int:
                 "run `jetcrawl topology --apply`, first"
             ) from e
         await check_known(js, name)
-        record, changed = await store.change(name, ACTIONS[action], by_whom())
-        if record.state == CANCELLED:
-            print(await _cancelled(nc, store, record, changed, settings.command_timeout_s))
-        elif changed:
-            print(f"job {name} {record.state}" + (" again" if record.runs else ""))
-        else:
-            print(f"job {name}: already {record.state}{_since(record)}; nothing changed")
+        try:
+            record, changed = await store.change(name, ACTIONS[action], by_whom())
+            if record.state == CANCELLED:
+                print(await _cancelled(nc, store, record, changed, settings.command_timeout_s))
+            elif changed:
+                print(f"job {name} {record.state}" + (" again" if record.runs else ""))
+            else:
+                print(f"job {name}: already {record.state}{_since(record)}; nothing changed")
+        except (NatsError, TimeoutError) as e:  # refused (a user without the right) or no answer
+            raise JetcrawlError(
+                f"job {name}: NATS at {redact_urls(settings.nats_url)} did not take the "
+                f"{action} ({e!r}); it needs KV {CONTROL_BUCKET} writes"
+                + (" and the purge of CRAWL_TASKS" if action == "cancel" else "")
+                + " (the admin user)"
+            ) from e
         return 0
     finally:
         await nc.close()
@@ -70,7 +79,13 @@ async def run_control(settings: Settings, action: str, name: str) -> int:
 async def _cancelled(
     nc: NATS, store: ControlStore, record: JobControl, changed: bool, timeout_s: float
 ) -> str:
-    purged = await purge_tasks(nc, record.job, timeout_s)
+    try:
+        purged = await purge_tasks(nc, record.job, timeout_s)
+    except (NatsError, TimeoutError) as e:
+        raise JetcrawlError(
+            f"job {record.job} is cancelled, but its queued tasks were not purged ({e!r}); "
+            "the workers settle them as they come, or cancel again to purge them"
+        ) from e
     if purged:
         record = await store.record_purged(record.job, purged)
     if changed:
