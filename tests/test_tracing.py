@@ -27,7 +27,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from jetcrawl.contract.messages import Discovered, Lineage, Result, Task
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DISCOVERED, SEEDS, TASKS_STREAM, task_subject
+from jetcrawl.contract.topology import (
+    DISCOVERED,
+    SEEDS,
+    TASKS_STREAM,
+    lane_consumer,
+    task_subject,
+)
 from jetcrawl.contract.urls import fingerprint
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.local.embedded import EtcdServer, NatsServer
@@ -123,7 +129,9 @@ async def test_one_seed_reads_as_one_story_across_processes(
     assert child_of(process, publish), "the context crossed from dispatcher to worker"
     assert process.resource["service.instance.id"] == seed.worker
     messaging(process, task_subject, "process")
-    assert process.attributes["messaging.destination.subscription.name"] == f"shard-{seed.shard}"
+    assert process.attributes["messaging.destination.subscription.name"] == lane_consumer(
+        seed.shard, 2, "default"
+    )
     assert process.attributes["jetcrawl.url"] == seed_url
     assert process.attributes["jetcrawl.outcome"] == "fetched"
 
