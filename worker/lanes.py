@@ -139,8 +139,7 @@ class Schedule:
             at_most = math.ceil(self._levels[level].owed)
         else:
             level = levels[0]
-            # alone, a level takes what there is room for; else it stops for the owed to be seen
-            at_most = room if len(levels) == 1 else max(1, self._slack // 2)
+            at_most = room  # an owed level goes first at the next pull
         jobs = {job: n for (lv, job), n in ready.items() if lv == level}
         job = self._job(level, jobs, job_weight)
         if len(jobs) > 1:

@@ -3,9 +3,9 @@
 Which lane next, and how many, is the shard's :class:`~jetcrawl.worker.lanes.Schedule` (levels,
 then jobs), given the lanes the board (:class:`~jetcrawl.worker.lanes.LaneBoard`) shows holding
 tasks, less a paused job's and a job out of rate tokens. A lane's consumer is made when the
-shard's owner first takes from it. With nothing to take, the loop waits on the lane it last
-took from (new tasks of a running crawl mostly come there) until the board shows another lane
-gaining tasks.
+shard's owner first takes from it. With nothing to take, the loop waits on every running lane it
+has taken from at once (new tasks of a running crawl mostly come there), until one gets a task or
+the board shows another lane gaining tasks.
 
 It fetches only while the worker can hold more tasks, as many as it has room for (the worker's
 ``holding``: tasks in flight plus tasks waiting for their host, :mod:`jetcrawl.worker.politeness`),
@@ -87,13 +87,12 @@ class ShardPuller:
         self._board, self._control, self._rates, self._terms = lanes
         self._schedule = Schedule(settings.priority_weights, settings.priority_slack)
         self._subs: dict[Lane, _LaneSub] = {}
-        self._last: Lane | None = None  # the lane last taken from: where an idle shard waits
         self._holding = holding
         self._keepalive = keepalive
         self._process = process
         self._stopping = asyncio.Event()
         self._abandoned = asyncio.Event()
-        self._idle_cut: Cut | None = None  # the idle wait in progress, cut by a wake
+        self._idle_cuts: list[Cut] = []  # the idle waits in progress, cut by a wake
         self._woken = asyncio.Event()
         self.done = asyncio.Event()
 
@@ -113,15 +112,15 @@ class ShardPuller:
     def wake(self) -> None:
         """Look at the lanes again now: one gained tasks, or a job's state changed."""
         self._woken.set()
-        if self._idle_cut is not None:
-            self._idle_cut.set()
+        self._cut_idle()
 
     async def run(self) -> None:
         self._board.on_gain(self.owner.shard, self.wake)
         try:
             async with asyncio.TaskGroup() as tg:
                 while await self._holding.wait_free(unless=self._stopping):
-                    await self._start(tg, *await self._next())
+                    for lane, msgs in await self._next():
+                        await self._start(tg, lane, msgs)
                 for lane in list(self._subs):
                     await self._start(tg, lane, await self._lingering(lane))
         finally:
@@ -157,8 +156,8 @@ class ShardPuller:
             ready[lane] = available
         return ready
 
-    async def _next(self) -> tuple[Lane | None, list[Msg]]:
-        """The next tasks to start, and their lane."""
+    async def _next(self) -> list[tuple[Lane | None, list[Msg]]]:
+        """The next tasks to start, by lane."""
         self._woken.clear()
         ready = self._ready()
         pick = self._schedule.next(
@@ -172,35 +171,54 @@ class ShardPuller:
         if len(msgs) < n:
             own.empty_at = self._board.generation
         self._took(lane, msgs, ready)
-        return lane, msgs
+        return [(lane, msgs)]
 
     def _took(self, lane: Lane, msgs: list[Msg], ready: dict[Lane, int]) -> None:
         if not msgs:
             return
-        self._last = lane
         self._schedule.took(lane, len(msgs), {level for level, _ in ready}, self._terms.weight)
         if self._control.runs(lane[1]) and self._terms.rate(lane[1]) is not None:
             self._rates.spend(lane[1], len(msgs))
 
-    async def _idle(self) -> tuple[Lane | None, list[Msg]]:
-        """Nothing to take: wait on the last lane for its next task, until a wake."""
-        lane = self._last
-        if lane is None or not self._control.runs(lane[1]) or self._terms.rate(lane[1]) is not None:
+    async def _idle(self) -> list[tuple[Lane | None, list[Msg]]]:
+        """Nothing to take: wait on every running lane taken from before for its next task, at
+        once, until one gets some or a wake (the board sees a lane gain, a job's state moves)."""
+        lanes = [
+            lane
+            for lane, own in self._subs.items()
+            if own.sub is not None
+            and self._control.runs(lane[1])
+            and self._terms.rate(lane[1]) is None
+        ]
+        if not lanes:
             await wait_set(self._woken, self._settings.lanes_poll_s)
-            return None, []
-        own = self._subs[lane]
-        self._idle_cut = cut = Cut()
+            return []
+        # one cut a subscription (a Cut holds its pull's deadline); a wake or a first arrival
+        # cuts them all
+        self._idle_cuts = cuts = [Cut() for _ in lanes]
         if self._woken.is_set() or self._stopping.is_set():
-            cut.set()
+            self._cut_idle()
+        room = min(MAX_BATCH, self._holding.free_slots)
+
+        async def wait_on(lane: Lane, cut: Cut) -> tuple[Lane | None, list[Msg]]:
+            own = self._subs[lane]
+            try:
+                msgs = await self._pull(lane, own, room, PULL_WAIT_S, cut)
+            finally:
+                own.cut.requests_end = max(own.cut.requests_end, cut.requests_end)
+            if msgs:
+                self._cut_idle()
+                self._took(lane, msgs, {lane: len(msgs)})
+            return lane, msgs
+
         try:
-            msgs = await self._pull(
-                lane, own, min(MAX_BATCH, self._holding.free_slots), PULL_WAIT_S, cut
-            )
+            return list(await asyncio.gather(*map(wait_on, lanes, cuts)))
         finally:
-            self._idle_cut = None
-            own.cut.requests_end = max(own.cut.requests_end, cut.requests_end)
-        self._took(lane, msgs, {lane: len(msgs)})
-        return lane, msgs
+            self._idle_cuts = []
+
+    def _cut_idle(self) -> None:
+        for cut in self._idle_cuts:
+            cut.set()
 
     # ------------------------------------------------------------------ pulling
 
