@@ -3,8 +3,10 @@
 The dispatcher reads a frontier message (:mod:`jetcrawl.dispatcher.intake`) and then asks
 :func:`follow` which of its tasks their job's spec lets in, before any seen mark is made: a URL
 the spec does not follow is never marked seen, so a later version of the spec that allows it can
-still admit it. Seeds (depth 0) are what the user asked for and pass the link rules; the spec's
-``max_depth`` applies to them as to every task. A job without a spec keeps every task.
+still admit it. Seeds (depth 0) are what the user asked for and pass the link rules and the
+extension filter; the spec's ``max_depth`` applies to them as to every task. A job without a spec
+keeps every task but those whose extension the crawl ignores by default (``ignored_extensions``,
+:mod:`jetcrawl.contract.filetypes`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jetcrawl.contract.filetypes import extension_rule
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.urls import host_of
 from jetcrawl.dispatcher.intake import Reading
@@ -25,17 +28,24 @@ class Followed:
     too_deep: int = 0  # tasks deeper than the spec's max_depth
 
 
-def follow(reading: Reading, spec_of: Callable[[str], JobSpec | None]) -> Followed:
-    """Drop from ``reading.tasks`` what their job's spec refuses; how many, and why."""
+def follow(
+    reading: Reading, spec_of: Callable[[str], JobSpec | None], ignored: tuple[str, ...] = ()
+) -> Followed:
+    """Drop from ``reading.tasks`` what their job's spec refuses, or for a job without one the
+    crawl's ``ignored`` extensions; how many, and why."""
     kept = []
     not_followed = too_deep = 0
+    default = extension_rule(ignored=ignored)
     for task in reading.tasks:
         spec = spec_of(task.lineage.job)
         if spec is None:
-            kept.append(task)
+            if task.depth > 0 and not default.follows(task.url):
+                not_followed += 1
+            else:
+                kept.append(task)
         elif spec.max_depth is not None and task.depth > spec.max_depth:
             too_deep += 1
-        elif task.depth > 0 and not spec.follows(task.url, host_of(task.url)):
+        elif task.depth > 0 and not spec.follows(task.url, host_of(task.url), ignored):
             not_followed += 1
         else:
             kept.append(task)

@@ -6,6 +6,7 @@ messages.py   wire shapes and their frozen dataclasses (seeds, tasks, results, d
 topology.py   streams, consumers and buckets as code; subjects (declared: plumbing applies them)
 urls.py       canonical URLs, scope, the shard function and the URL fingerprint
 jobs.py       job specs: link rules, filters, limits, extraction and plugins; read strictly
+filetypes.py  links skipped by extension (by default, Scrapy's list) and bodies by media type
 """
 
 PROTOCOL_VERSION = 1  # the mesh's protocol: in the tasks stream's metadata and worker records
