@@ -89,9 +89,9 @@ def test_the_path_and_extension_are_those_urllib_and_posixpath_find() -> None:
 
 def test_allow_beats_the_default_list_and_deny_beats_allow() -> None:
     pdf = "https://a.example/f.pdf"
-    assert extension_rule(allow=["pdf"], ignored=IGNORED_EXTENSIONS).follows(pdf)
-    assert not extension_rule(allow=["pdf"], deny=["pdf"]).follows(pdf)
-    only_html = extension_rule(allow=["html"])
+    assert extension_rule(allow=("pdf",), ignored=IGNORED_EXTENSIONS).follows(pdf)
+    assert not extension_rule(allow=("pdf",), deny=("pdf",)).follows(pdf)
+    only_html = extension_rule(allow=("html",))
     assert only_html.follows("https://a.example/x/") and only_html.follows(
         "https://a.example/a.html"
     )

@@ -190,4 +190,5 @@ def _decoded(body: bytes, charset: str | None) -> str:
 
 def _blocked(fetched: Fetched) -> str | None:
     redirected = fetched.location or (fetched.final_url if fetched.redirects else None)
-    return soft_block(fetched.status, fetched.body, redirected)
+    # a body read for a job that reads other types (an image, a PDF) is no page to judge
+    return soft_block(fetched.status, fetched.body if fetched.is_html else b"", redirected)

@@ -16,7 +16,7 @@ A response body is read only when its media type is one the job's ``content_type
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -86,37 +86,43 @@ def has_extension(path: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ExtensionRule:
-    """Which URLs a job follows by their path's extension. Both lists hold ``.ext`` suffixes."""
+    """Which URLs a job follows by their path's extension (extensions without their dot)."""
 
-    allow: tuple[str, ...] = ()  # not empty: a path with an extension must end in one of these
-    deny: tuple[str, ...] = ()  # a path ending in one of these is never followed (deny wins)
+    allow: frozenset[str] = frozenset()  # not empty: a path with an extension must end in one
+    deny: frozenset[str] = frozenset()  # a path ending in "." + one of these is never followed
 
     def follows(self, url: str) -> bool:
-        """Whether a link to ``url`` is followed. A path without an extension (``/``,
-        ``/products/42``) is a page: only ``deny`` can refuse it, and it names none."""
+        """Whether a link to ``url`` is followed: its lowercase path does not end in ``.`` and a
+        denied extension (deny wins) and, with an allow list, has no extension or an allowed
+        one. A path without an extension (``/``, ``/products/42``) is a page."""
         if not self.deny and not self.allow:
             return True
-        path = url_path(url).lower()
-        if self.deny and path.endswith(self.deny):
+        path = url_path(url)
+        segment = path[path.rfind("/") + 1 :]
+        if "." not in segment:  # most pages: nothing can match
+            return True
+        # every ending after a dot: "tar.gz" and "gz" of "src.tar.gz", as endswith would match
+        segment = segment.lower()
+        endings = []
+        dot = segment.find(".")
+        while dot >= 0:
+            endings.append(segment[dot + 1 :])
+            dot = segment.find(".", dot + 1)
+        if not self.deny.isdisjoint(endings):
             return False
-        return not self.allow or not has_extension(path) or path.endswith(self.allow)
+        return not self.allow or not has_extension(segment) or not self.allow.isdisjoint(endings)
 
 
 @lru_cache(maxsize=256)
-def _rule(allow: frozenset[str], deny: frozenset[str]) -> ExtensionRule:
-    return ExtensionRule(
-        tuple(sorted(f".{ext}" for ext in allow)), tuple(sorted(f".{ext}" for ext in deny))
-    )
-
-
 def extension_rule(
-    allow: Iterable[str] = (), deny: Iterable[str] = (), ignored: Iterable[str] = ()
+    allow: Collection[str] = (), deny: Collection[str] = (), ignored: Collection[str] = ()
 ) -> ExtensionRule:
     """The rule of a job: it follows ``allow`` (empty: any) and never ``deny``, nor the crawl's
     ``ignored`` list except what ``allow`` names (an explicit allow beats the default list, an
-    explicit deny beats both). Cached: specs and settings are few."""
+    explicit deny beats both). The collections are hashable (tuples, frozensets): the rule is
+    cached, since a worker asks for it per page and specs and settings are few."""
     allowed = frozenset(allow)
-    return _rule(allowed, frozenset(deny) | (frozenset(ignored) - allowed))
+    return ExtensionRule(allowed, frozenset(deny) | (frozenset(ignored) - allowed))
 
 
 @dataclass(frozen=True, slots=True)
