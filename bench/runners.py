@@ -6,8 +6,9 @@
     scrapy        python -m bench.scrapy_spider: a Scrapy crawl from the seeds (robots, 64 / 8,
                   LinkExtractor's defaults: links to binaries skipped by extension)
     jetcrawl-N    python -m jetcrawl crawl SEEDS --workers N --scope any --allow-net 127.0.0.0/8:
-                  the crawl command, its dispatcher and workers, nats-server and etcd (fetches
-                  every URL it finds)
+                  the crawl command, its dispatcher and workers, nats-server and etcd (its
+                  defaults: links to binaries skipped by extension, as Scrapy's; every URL it
+                  finds with ``--env JETCRAWL_IGNORED_EXTENSIONS=``)
 
 Each system has its own known set (``WORK``), so systems that do different work are each checked
 exactly, and the report says how their work differed. ``run_system`` resets the site's counters,
@@ -64,7 +65,14 @@ POLITENESS = {"host_delay_s": "0", "host_concurrency": "8"}
 EXAMPLES = 3
 # What each system fetches: "html" the HTML pages alone, "skip-binaries" what a crawl that skips
 # links to binaries by extension finds, "all" every URL a crawl finds.
-WORK = {"bare-fetch": "html", "bare-extract": "html", "scrapy": "skip-binaries"}
+SKIP_BINARIES = "skip-binaries"
+WORK = {
+    "bare-fetch": "html",
+    "bare-extract": "html",
+    "scrapy": SKIP_BINARIES,
+    "jetcrawl-1": SKIP_BINARIES,
+    "jetcrawl-2": SKIP_BINARIES,
+}
 ALL = "all"
 
 
@@ -261,7 +269,7 @@ def run_system(
         problems=problems,
         notes=notes,
         messages=stored_messages(run_dir / "log.txt") if name.startswith("jetcrawl") else {},
-        work=WORK.get(name, ALL),
+        work=work_of(name, ctx),
         urls=len(stats.counts),
         bytes=stats.bytes,
         html=stats.html,
@@ -269,9 +277,17 @@ def run_system(
     )
 
 
+def work_of(name: str, ctx: Context) -> str:
+    """What ``name`` fetches (``WORK``); jetcrawl fetches everything when its environment
+    switches the default extension filter off."""
+    if name.startswith("jetcrawl") and ctx.jetcrawl_env.get("JETCRAWL_IGNORED_EXTENSIONS") == "":
+        return ALL
+    return WORK.get(name, ALL)
+
+
 def expected_for(name: str, ctx: Context) -> Expected:
-    """The known set ``name`` must fetch exactly (``WORK``)."""
-    match WORK.get(name, ALL):
+    """The known set ``name`` must fetch exactly (``work_of``)."""
+    match work_of(name, ctx):
         case "html":
             pages = ctx.expected.html_pages
             return dataclasses.replace(

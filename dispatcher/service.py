@@ -96,7 +96,9 @@ class DispatchStats:
     over_limit: int = 0  # new URLs not admitted because their job reached max_pages
     over_host_limit: int = 0  # ... because their host reached max_urls_per_host in the job
     traps: int = 0  # links dropped by the spider-trap guard (repeated path segments)
-    not_followed: int = 0  # links their job's spec does not follow (link rules, extensions)
+    # links their job's spec does not follow (link rules, extensions), or the crawl's default
+    # extension filter (ignored_extensions) for a job without a spec
+    not_followed: int = 0
     cancelled: int = 0  # URLs of cancelled jobs dropped
 
 
@@ -246,7 +248,12 @@ class Dispatcher:
         try:
             await self._store_specs(readings)
             for reading in readings:
-                followed = follow(reading, self._spec, self._settings.default_priority)
+                followed = follow(
+                    reading,
+                    self._spec,
+                    self._settings.default_priority,
+                    self._settings.ignored_extensions,
+                )
                 self.stats.not_followed += followed.not_followed
                 self.stats.too_deep += followed.too_deep
                 self._drop_cancelled(reading)

@@ -7,6 +7,7 @@ without Scrapy its system is skipped, and the profile is never run here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from bench.cli import COMPILED_PACKAGES, build_parser, byte_compile, main
 from bench.extract import TASKS
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
 from bench.report import Report
-from bench.runners import Output, RunResult, check, classify
+from bench.runners import Context, Output, RunResult, check, classify, expected_for
 from bench.siteserver import SiteServer, SiteStats
 from bench.urls import measure_urls, urls_markdown
 from tests.support.site.tree import SiteSpec, generate
@@ -115,8 +116,9 @@ def test_tiny_benchmark_reports_every_system_exact(tmp_path: Path) -> None:
 
 
 def test_the_realistic_site_reports_each_systems_work(tmp_path: Path) -> None:
-    # Each system is checked against its own known set: the bare loop the HTML pages, Scrapy a
-    # crawl skipping binaries by extension, jetcrawl every URL; the report says they differ.
+    # Each system is checked against its own known set: the bare loop the HTML pages, Scrapy and
+    # jetcrawl a crawl skipping binaries by extension (both by default); the report says the
+    # bare loop's work differs (no redirects, no 404s).
     systems = ["bare-extract", "jetcrawl-1"]
     if importlib.util.find_spec("scrapy") is not None:
         systems.append("scrapy")
@@ -132,14 +134,32 @@ def test_the_realistic_site_reports_each_systems_work(tmp_path: Path) -> None:
     assert all(run["pages"] == run["html"] == html for run in runs.values())
     assert runs["bare-extract"]["binaries"] == 0 and runs["bare-extract"]["urls"] == html
     jetcrawl = runs["jetcrawl-1"]
-    assert jetcrawl["urls"] == report["meta"]["pages"] and jetcrawl["binaries"] > 0
-    assert jetcrawl["bytes"] > runs["bare-extract"]["bytes"]
+    assert jetcrawl["binaries"] == 0 and jetcrawl["urls"] == report["meta"]["skipping_pages"]
+    assert report["meta"]["skipping_pages"] < report["meta"]["pages"], "the site has binaries"
+    assert jetcrawl["urls"] > runs["bare-extract"]["urls"]
     if "scrapy" in runs:
         assert runs["scrapy"]["binaries"] == 0
-        assert runs["scrapy"]["urls"] == report["meta"]["skipping_pages"]
+        assert runs["scrapy"]["urls"] == jetcrawl["urls"], "the same work as Scrapy"
     markdown = (tmp_path / "bench.md").read_text()
     assert "## Work done" in markdown and "**The systems did different work**" in markdown
-    assert "| jetcrawl-1 | a crawl fetching every URL found |" in markdown
+    assert "| jetcrawl-1 | a crawl skipping binaries by extension |" in markdown
+
+
+def test_jetcrawl_told_to_skip_nothing_is_checked_against_the_whole_crawl() -> None:
+    site = generate(TINY)
+    ctx = Context(
+        None,  # type: ignore[arg-type]  # no site is served: only the known sets are asked
+        site.expected(AUTHORITIES),
+        Path("."),
+        1.0,
+        {},
+        skipping=site.expected(AUTHORITIES, skip_binaries=True),
+    )
+    assert ctx.skipping is not None and len(ctx.skipping.fetchable) < len(ctx.expected.fetchable)
+    assert expected_for("jetcrawl-1", ctx) == ctx.skipping == expected_for("scrapy", ctx)
+    everything = dataclasses.replace(ctx, jetcrawl_env={"JETCRAWL_IGNORED_EXTENSIONS": ""})
+    assert expected_for("jetcrawl-2", everything) == ctx.expected
+    assert expected_for("scrapy", everything) == ctx.skipping
 
 
 def test_a_site_too_small_for_its_hosts_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -443,6 +443,33 @@ async def test_crawl_records_every_reachable_url_once(
     assert finished.leftovers == []
 
 
+async def test_with_the_extension_filter_off_binaries_are_requested_and_recorded_unread(
+    tmp_path: Path, site: MultiHostSite
+) -> None:
+    """The setting switches the default list off crawl-wide: the PDFs and PNGs the default crawl
+    never asks for (the test above) are requested once each, and recorded as skipped, their
+    bodies not downloaded, since the default job reads HTML only."""
+    env = {"JETCRAWL_IGNORED_EXTENSIONS": ""}
+    finished = await crawl(tmp_path, *site.seeds, "--scope", "any", env=env)
+    assert finished.returncode == 0, finished.explain()
+    everything = site.expected(skip_binaries=False)
+    results = finished.results()
+    assert urls_of(results) == everything.reachable
+    binaries = set(everything.fetchable) - site.fetchable
+    assert binaries and all(site.kind(url) == "resource" for url in binaries)
+    for record in results:
+        if record.url not in binaries:
+            assert record.outcome in ("fetched", "robots_disallowed"), record
+            continue
+        assert (record.outcome, record.status, record.length) == ("skipped", 200, 0), record
+        assert record.content_type in ("application/pdf", "image/png"), record
+        assert record.error is not None and record.error.kind == "unwanted_type", record
+        assert record.payload_digest is None, record
+    requested = site.request_counts
+    assert all(requested[url] == 1 for url in binaries)
+    assert f"skipped {len(binaries)}" in finished.stdout
+
+
 @pytest.mark.parametrize(
     ("flags", "shards"),
     [((), 2), (("--shards", "5"), 5)],

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jetcrawl.contract.filetypes import media_types
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.urls import LinkCanonicalizer, UrlRules
 from jetcrawl.worker.errors import FetchError
@@ -114,27 +115,40 @@ async def test_a_response_without_content_type_is_not_read(fetcher: Fetcher) -> 
     async with RawServer(response) as server:  # aiohttp's server would add a type
         got = await fetcher.fetch(server.url())
     assert (got.status, got.content_type, got.charset) == (200, "", None)
-    assert (got.body, got.length) == (b"", len(HTML))
+    assert (got.body, got.length, got.skipped) == (b"", 0, True)
+    assert got.headers["content-length"] == str(len(HTML))  # what the server said it was
 
 
 @pytest.mark.parametrize(
-    ("path", "content_type", "length"),
-    [("/big.pdf", "application/pdf", STREAM_BYTES), ("/big.png", "image/png", 0)],
+    ("path", "content_type", "declared"),
+    [("/big.pdf", "application/pdf", str(STREAM_BYTES)), ("/big.png", "image/png", None)],
 )
 async def test_non_html_is_released_unread(
-    badsite: BadSite, fetcher: Fetcher, path: str, content_type: str, length: int
+    badsite: BadSite, fetcher: Fetcher, path: str, content_type: str, declared: str | None
 ) -> None:
     started = time.monotonic()
     got = await fetcher.fetch(badsite.url(path))
     assert time.monotonic() - started < 2.0
-    assert (got.status, got.content_type, got.body, got.length) == (
+    assert (got.status, got.content_type, got.body, got.length, got.skipped) == (
         200,
         content_type,
         b"",
-        length,
+        0,  # nothing was downloaded ...
+        True,
     )
+    assert got.headers.get("content-length") == declared  # ... of what the server declared
     await asyncio.wait_for(badsite.finished(path).wait(), 5)
     assert badsite.written[path] < EARLY  # the server was cut off, far from the end
+
+
+async def test_a_type_the_caller_reads_is_read(badsite: BadSite, fetcher: Fetcher) -> None:
+    """The negative case: asked to read images, the fetcher reads the PNG (until the limit)."""
+    with pytest.raises(FetchError) as caught:
+        await fetcher.fetch(badsite.url("/big.png"), reads=media_types(("image/*",)))
+    assert caught.value.kind == "too_large"
+    badsite.add("/page.html", HTML)
+    got = await fetcher.fetch(badsite.url("/page.html"), reads=media_types(("image/*",)))
+    assert (got.status, got.body, got.skipped) == (200, b"", True), "HTML now is unwanted"
 
 
 # --- redirects

@@ -148,8 +148,9 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
         # a plugin's link of another job is crawled under that job (no spec: no items)
         assert crawled[shop.url("/elsewhere")].job == "other"
         assert crawled[shop.url("/elsewhere")].spec_version == 0
-        # the link rules refused /about, the extension filter /manual.pdf: never fetched
-        assert dispatcher.stats.not_followed == 2
+        # the link rules refused /about at admission; the worker never sent /manual.pdf, which
+        # the spec's extension filter refuses: neither was fetched
+        assert dispatcher.stats.not_followed == 1 and worker.stats.links_skipped == 1
         assert shop.hits["/about"] == 0 and shop.hits["/manual.pdf"] == 0
 
         got = await items(js)
@@ -182,7 +183,8 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
         rejected = dispatcher_metrics.registry.get_sample_value(
             "jetcrawl_urls_rejected_total", {"reason": "not_followed"}
         )
-        assert rejected == 2
+        assert rejected == 1
+        assert sample("jetcrawl_links_skipped_total") == 1
 
         # Version 2, mid-crawl: /about and /more followed, the items plugin and one built for
         # another plugin API (refused at load: a dead letter per page, the items still made).
@@ -209,6 +211,66 @@ async def test_a_spec_steers_the_crawl_and_its_plugins_make_items_or_dead_letter
         assert "plugin 'future' refused" in letter.detail
         assert "is built for plugin API 2.x" in letter.detail
     assert len(letters) == 4
+
+
+async def test_an_archiving_job_fetches_what_the_default_skips_and_reads_the_types_it_names(
+    nats_server: NatsServer, js: JetStreamContext, shop: BadSite
+) -> None:
+    """The default crawl (no spec) skips /manual.pdf by its extension; a job that switches the
+    default list off fetches it, and downloads its body only when its content_types name it."""
+    settings = Settings(
+        nats_url=nats_server.url,
+        shards=SHARDS,
+        host_delay_s=0.0,
+        allow_nets=("127.0.0.0/8",),
+        links_linger_s=0.0,
+    )
+    await ensure(js, settings)
+    specs = SpecStore(await js.key_value("crawl_specs"))
+    archive = {"name": "archive", "extensions": {"default": False}, "content_types": ["*/*"]}
+    await specs.put(JobSpec.read(archive))
+    await specs.put(JobSpec.read({"name": "pages", "extensions": {"default": False}}))
+    pdf = shop.url("/manual.pdf")
+
+    async with crawling(settings) as (dispatcher, worker):
+        for job in ("default", "archive", "pages"):
+            await js.publish(SEEDS, orjson.dumps({"url": shop.url("/"), "job": job}))
+        await drained(js, SHARDS)
+    by_job: dict[str, dict[str, Result]] = {}
+    for m in await stored(js, RESULTS_STREAM):
+        result = Result.from_wire(m.data)
+        by_job.setdefault(result.job, {})[result.url] = result
+
+    assert pdf not in by_job["default"], "the default skips it: the worker never sent it"
+    assert worker.stats.links_skipped == 1 and dispatcher.stats.not_followed == 0
+    assert set(by_job["default"]) | {pdf} == set(by_job["archive"]) == set(by_job["pages"])
+    assert shop.hits["/manual.pdf"] == 2
+
+    archived = by_job["archive"][pdf]
+    assert (archived.outcome, archived.status, archived.content_type, archived.length) == (
+        "fetched",
+        200,
+        "application/pdf",
+        len(b"%PDF-1.4"),
+    )
+    assert archived.payload_digest is not None and archived.error is None
+
+    skipped = by_job["pages"][pdf]
+    assert (skipped.outcome, skipped.status, skipped.length, skipped.payload_digest) == (
+        "skipped",
+        200,
+        0,
+        None,
+    )
+    assert skipped.error is not None and skipped.error.kind == "unwanted_type"
+    assert skipped.error.message == (
+        "application/pdf is not a type job pages reads (text/html, application/xhtml+xml): "
+        "body not downloaded"
+    )
+    metrics = WorkerMetrics("jetcrawl-worker", "0", "w1")
+    metrics.bind(worker)
+    assert metrics.registry.get_sample_value("jetcrawl_bodies_skipped_total") == 1
+    assert metrics.registry.get_sample_value("jetcrawl_links_skipped_total") == 1
 
 
 async def test_a_spec_that_recrawls_admits_its_urls_again_and_another_job_does_not(

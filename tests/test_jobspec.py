@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from jetcrawl.contract.errors import MessageError, SpecError
-from jetcrawl.contract.jobs import JobSpec, StoredSpec, canonical_doc, extension_of
+from jetcrawl.contract.filetypes import IGNORED_EXTENSIONS
+from jetcrawl.contract.jobs import JobSpec, StoredSpec, canonical_doc
 
 SHOP: dict[str, Any] = {
     "name": "shop",
@@ -56,15 +57,44 @@ def test_an_extension_allow_list_admits_pages_and_the_listed_files_only() -> Non
     assert spec.follows("https://a.example/x/", "a.example")
     assert spec.follows("https://a.example/x/page.HTML", "a.example")
     assert not spec.follows("https://a.example/x/page.zip", "a.example")
-    assert extension_of("https://a.example/a.b/c") == ""
-    assert extension_of("https://a.example/c.tar.GZ?x=1") == "gz"
+    assert spec.follows("https://a.example/a.b/c", "a.example")  # the last segment's only
+    assert not spec.follows("https://a.example/c.tar.GZ?x=1.html", "a.example")  # not the query
 
 
-def test_no_rules_follow_everything() -> None:
+def test_no_rules_follow_everything_but_the_crawls_ignored_extensions() -> None:
     spec = JobSpec.read({"name": "all"})
-    assert spec.follows("https://a.example/file.pdf", "a.example")
+    assert spec.follows("https://a.example/file.pdf", "a.example")  # no default list given
+    assert not spec.follows("https://a.example/file.pdf", "a.example", IGNORED_EXTENSIONS)
+    assert spec.follows("https://a.example/file.html", "a.example", IGNORED_EXTENSIONS)
     assert spec.processes("text/html") and not spec.processes("application/pdf")
     assert not spec.processes(None)
+
+
+def test_the_extensions_section_adds_to_takes_from_or_switches_off_the_default_list() -> None:
+    pdf, png, php = (f"https://a.example/f.{ext}" for ext in ("pdf", "png", "php"))
+    ignored = IGNORED_EXTENSIONS
+
+    def follows(extensions: dict[str, Any], url: str) -> bool:
+        spec = JobSpec.read({"name": "j", "extensions": extensions})
+        return spec.follows(url, "a.example", ignored)
+
+    assert follows({"deny": ["php"]}, pdf) is False  # deny adds to the default list
+    assert follows({"deny": ["php"]}, php) is False
+    assert follows({"allow": ["pdf", "html"]}, pdf) is True  # an allow beats the default ...
+    assert follows({"allow": ["pdf", "html"]}, png) is False  # ... for what it names only
+    assert follows({"allow": ["pdf"], "deny": ["pdf"]}, pdf) is False  # an explicit deny wins
+    assert follows({"default": False}, pdf) is True  # an archiving job: everything
+    assert follows({"default": False, "deny": ["php"]}, pdf) is True  # its own list instead
+    assert follows({"default": False, "deny": ["php"]}, php) is False
+    assert follows({"default": True}, pdf) is False
+
+
+def test_content_types_take_whole_top_level_types_and_everything() -> None:
+    images = JobSpec.read({"name": "j", "content_types": ["text/html", "image/*"]})
+    assert images.processes("image/png") and images.processes("text/html")
+    assert not images.processes("application/pdf") and not images.processes("")
+    everything = JobSpec.read({"name": "j", "content_types": ["*/*"]})
+    assert everything.processes("application/pdf") and everything.processes("")
 
 
 @pytest.mark.parametrize(
@@ -96,6 +126,8 @@ def test_no_rules_follow_everything() -> None:
         ({"name": "s", "content_types": ["HTML"]}, "content_types[0]", "media type"),
         ({"name": "s", "extensions": {"deny": [".pdf"]}}, "extensions.deny[0]", "no dot"),
         ({"name": "s", "extensions": {"only": []}}, "extensions.only", "unknown field"),
+        ({"name": "s", "extensions": {"default": "no"}}, "extensions.default", "true or false"),
+        ({"name": "s", "content_types": ["*/html"]}, "content_types[0]", "media type"),
         ({"name": "s", "plugins": ["ok", "no way"]}, "plugins[1]", "entry-point name"),
         ({"name": "s", "plugins": ["a", "a"]}, "plugins", "twice"),
         ({"name": "s", "extract": []}, "extract", "an object"),

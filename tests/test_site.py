@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from tests.support.site import TRACKING_PARAMS, MultiHostSite, canonical, extract_links
+from tests.support.site.model import BINARY_EXTENSIONS
 
 
 @dataclass
@@ -37,9 +38,11 @@ async def reference_crawl(
     obey_robots: bool = True,
     honour_base: bool = True,
     tracking: Collection[str] = TRACKING_PARAMS,
+    skip_binaries: bool = True,
 ) -> Crawl:
     """A plain BFS crawler: robots.txt per host, no redirect following (Location is a link),
-    the ``tracking`` parameters stripped."""
+    the ``tracking`` parameters stripped, links to binaries skipped by extension (as Scrapy's
+    LinkExtractor compares) unless ``skip_binaries`` is False."""
     crawl = Crawl()
     robots: dict[str, RobotFileParser] = {}
     queue = [canonical(seed, tracking) or seed for seed in seeds]
@@ -71,6 +74,8 @@ async def reference_crawl(
                 continue
             if scope == "host" and urlsplit(target).netloc != host:
                 continue
+            if skip_binaries and urlsplit(target).path.lower().endswith(BINARY_EXTENSIONS):
+                continue
             crawl.depths[target] = crawl.depths[url] + 1
             queue.append(target)
     return crawl
@@ -85,8 +90,10 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_every_fetchable_url_answers_its_status(
     site: MultiHostSite, session: aiohttp.ClientSession
 ) -> None:
-    kinds = site.kinds
-    for url, status in site.statuses.items():
+    everything = site.expected(skip_binaries=False)
+    kinds = {url: site.kind(url) for url in everything.reachable}
+    assert "resource" in kinds.values()
+    for url, status in everything.fetchable.items():
         async with session.get(url, allow_redirects=False) as response:
             assert response.status == status, url
             if kinds[url] == "page":
@@ -99,7 +106,7 @@ async def test_every_fetchable_url_answers_its_status(
     for url in site.disallowed:  # they exist: only robots.txt keeps a crawler out
         async with session.get(url) as response:
             assert response.status == 200
-    assert site.request_counts == Counter([*site.statuses, *site.disallowed])
+    assert site.request_counts == Counter([*everything.fetchable, *everything.disallowed])
 
 
 async def test_the_reference_crawl_finds_exactly_the_expected_sets(
@@ -117,6 +124,19 @@ async def test_the_reference_crawl_finds_exactly_the_expected_sets(
     assert set(requested) == set(site.fetchable) | {f"{b}/robots.txt" for b in site.base_urls}
     assert not any(urlsplit(url).path.startswith("/private/") for url in requested)
     assert not any(name in url for url in requested for name in TRACKING_PARAMS)
+
+
+async def test_a_crawl_that_fetches_everything_finds_the_binaries_too(
+    site: MultiHostSite, session: aiohttp.ClientSession
+) -> None:
+    crawl = await reference_crawl(session, site.seeds, skip_binaries=False)
+    everything = site.expected(skip_binaries=False)
+    assert crawl.fetched == everything.fetchable
+    assert crawl.depths == everything.depths
+    binaries = set(everything.fetchable) - site.fetchable
+    assert binaries, "the default crawl leaves them out"
+    assert all(site.kind(url) == "resource" for url in binaries)
+    assert site.fetchable < set(everything.fetchable)
 
 
 @pytest.mark.parametrize(
@@ -137,8 +157,10 @@ async def test_other_seeds_and_sizes_hold_too(
 def assert_depth_is_order_independent(site: MultiHostSite, crawl: Crawl) -> None:
     """Every link from depth d goes to depth d + 1, to depth <= 1, or to the page itself; a
     redirect's target has its source's depth. So a crawler that keeps the first depth it sees
-    for a URL still records the BFS depth, whatever order its workers take."""
-    depths = site.depths
+    for a URL still records the BFS depth, whatever order its workers take (binaries included:
+    they lead nowhere, so skipping them moves no other URL's depth)."""
+    depths = site.expected(skip_binaries=False).depths
+    assert all(depths[url] == depth for url, depth in site.depths.items())
     for url, page in crawl.pages.items():
         for link in filter(None, map(canonical, extract_links(page, url))):
             assert link == url or depths[link] in (depths[url] + 1, 0, 1), (url, link)
@@ -155,7 +177,7 @@ async def test_every_trap_is_in_the_pages(
         for page in crawl.pages.values()
         for href in re.findall(r'<a href="([^"]*)"', page.replace("&amp;", "&"))
     ]
-    kinds = Counter(site.kinds.values())
+    kinds = Counter(map(site.kind, site.expected(skip_binaries=False).reachable))
     assert kinds["resource"] and kinds["missing"] and kinds["redirect"] and kinds["disallowed"]
     assert {site.statuses[url] for url in site.redirects} == {301, 302}
     assert any("#" in href for href in hrefs)

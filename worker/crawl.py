@@ -14,6 +14,10 @@ task for ``jetcrawl dlq replay``. A failure not worth retrying is just the resul
 A task's job may be paused or cancelled (KV ``crawl_control``) while the task is held: before
 robots.txt and again at its host's turn, a paused job's task is parked
 (:mod:`jetcrawl.worker.parking`) and a cancelled job's is settled: acked, nothing fetched.
+
+What the job does not want is not fetched (:mod:`jetcrawl.contract.filetypes`): a page's links
+whose extension the job skips are not sent, and a response whose media type the job does not
+read is released unread and recorded as ``skipped`` (error kind ``unwanted_type``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from jetcrawl.contract.deadletters import (
     DeadLetter,
 )
 from jetcrawl.contract.errors import MessageError
+from jetcrawl.contract.filetypes import ExtensionRule, extension_rule, media_types
 from jetcrawl.contract.messages import Discovered, Failure, Result, Task, WaitingOn
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import ITEMS_PREFIX, dead_subject, result_subject
@@ -50,7 +55,7 @@ from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.worker.discovered import DiscoveredOutbox
 from jetcrawl.worker.errors import FetchError
-from jetcrawl.worker.fetcher import Fetched, Fetcher
+from jetcrawl.worker.fetcher import HTML_TYPES, Fetched, Fetcher
 from jetcrawl.worker.jobs import CompiledJob, Jobs
 from jetcrawl.worker.outcome import (
     AGAIN_AT_ONCE,
@@ -93,6 +98,7 @@ PUBLISH_TRIES = 3
 PUBLISH_RETRY_DELAY_S = 1.0  # before the first publish again; doubles
 PUBLISH_RETRY_MAX_S = 5.0  # ... up to this, while NATS does not answer
 HTTP_STATUS = "http_status"  # the failure kind of a response whose status is worth a retry
+UNWANTED_TYPE = "unwanted_type"  # the error kind of a skipped record: a body of a type not read
 MAX_REMEMBERED_DEFERRALS = 100_000
 PAUSE_STATUSES = frozenset({429, 503})
 Outcome = Done | Again | Settled
@@ -122,6 +128,8 @@ class CrawlStats:
     extract_failures: int = 0  # a job's extraction or plugin failed on a page: dead letters
     settled: int = 0  # tasks of cancelled jobs acked unfetched
     parked: int = 0  # times a task of a paused job was parked
+    skipped: int = 0  # responses of a media type their job does not read: released unread
+    links_skipped: int = 0  # links not sent: their extension is one their job skips
 
 
 class TaskProcessor:
@@ -158,6 +166,8 @@ class TaskProcessor:
         self._robots = robots
         self._politeness = politeness
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
+        # the extensions a job without a spec skips: the crawl's default list
+        self._default_extensions = extension_rule(ignored=settings.ignored_extensions)
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
         # the spec version each job's pages were last processed under: a new one may follow
         # links the dispatcher refused before, so what was sent is forgotten
@@ -329,6 +339,7 @@ class TaskProcessor:
             conditional = {}
             if a.task.gen and self._validators is not None:
                 conditional = await self._validators.conditional_headers(a.task.fp)
+            job = self._jobs.of(a.task.lineage.job) if self._jobs is not None else None
             got = await self._telemetry.get(
                 a.task.url,
                 self._pages.get(
@@ -337,6 +348,7 @@ class TaskProcessor:
                     delay_s=delay_s,
                     follow_redirects=self._settings.follow_redirects,
                     headers=conditional or None,
+                    reads=media_types(job.spec.content_types) if job else HTML_TYPES,
                 ),
             )
             response = got.fetched
@@ -360,6 +372,8 @@ class TaskProcessor:
             return self._failure(a, HTTP_STATUS, f"HTTP {fetched.status}", fetched, pause_s)
         if got.blocked is not None:
             return self._blocked(a, got)
+        if fetched.skipped:
+            return self._skipped(a, fetched)
         self.stats.rendered += got.rendered
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
@@ -424,6 +438,19 @@ class TaskProcessor:
         self.stats.blocked += 1
         result = self._result(a, "blocked", got.fetched, None)
         return Done(dataclasses.replace(result, error=Failure(SOFT_BLOCK, f"{got.blocked}: {why}")))
+
+    def _skipped(self, a: Attempt, fetched: Fetched) -> Outcome:
+        """A response of a media type the job does not read: its body was released unread."""
+        self.stats.skipped += 1
+        job = self._jobs.of(a.task.lineage.job) if self._jobs is not None else None
+        types = ", ".join(job.spec.content_types if job else sorted(HTML_TYPES))
+        why = (
+            f"{fetched.content_type or 'no Content-Type'} is not a type job "
+            f"{a.task.lineage.job} reads ({types}): body not downloaded"
+        )
+        result = self._result(a, "skipped", fetched, None)
+        result = dataclasses.replace(result, error=Failure(UNWANTED_TYPE, why))
+        return Done(result, self._discovered(a.task, fetched, None, {}))
 
     def _failure(
         self,
@@ -522,6 +549,9 @@ class TaskProcessor:
                 fetched.location, lineage.scope, lineage.root
             ):
                 return None
+            # the dispatcher filters it as a link unless the source is a seed (depth 0)
+            if task.depth > 0 and not self._wanted(lineage.job, (fetched.location,)):
+                return None
             return self._unsent(
                 Discovered(task.url, task.fp, task.depth, lineage, (fetched.location,))
             )
@@ -542,10 +572,25 @@ class TaskProcessor:
                     if link != task.url and in_scope(link, lineage.scope, lineage.root)
                 )
             )
+        links = self._wanted(lineage.job, links)
         if not links:
             return None
         given = {link: levels[link] for link in links if link in levels} if levels else {}
         return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links, given))
+
+    def _wanted(self, job: str, links: tuple[str, ...]) -> tuple[str, ...]:
+        """``links`` without those whose extension the job skips: the dispatcher would refuse
+        them (jetcrawl.dispatcher.jobrules), so they are not sent at all."""
+        follows = self._extension_rule(job).follows
+        kept = tuple(link for link in links if follows(link))
+        self.stats.links_skipped += len(links) - len(kept)
+        return kept
+
+    def _extension_rule(self, job: str) -> ExtensionRule:
+        compiled = self._jobs.of(job) if self._jobs is not None else None
+        if compiled is None:
+            return self._default_extensions
+        return compiled.spec.extensions(self._settings.ignored_extensions)
 
     def _unsent(self, found: Discovered) -> Discovered | None:
         """``found`` without the links this worker has sent already (None if none is left).

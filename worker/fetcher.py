@@ -8,10 +8,11 @@ not an error) and raises ``FetchError`` when there is no response to record. The
   the URL rules, so the chain we record is the chain of URLs the frontier would know. A Location
   that is not an http(s) URL we accept is ``bad_redirect``; a loop or too long a chain is
   ``too_many_redirects``. One deadline, ``total_timeout_s``, covers the whole chain and the body.
-- The Content-Type is looked at before the body: only the body of a 2xx HTML response is read.
-  Anything else is released unread, which closes the connection unless the body had already
-  arrived whole (then it goes back to the pool).
-- An HTML body is read as it streams, counted after decompression, and abandoned as soon as it
+- The Content-Type is looked at before the body: only the body of a 2xx response of a type the
+  caller reads (``reads``: HTML by default, a job's ``content_types``) is read. Anything else is
+  released unread, which closes the connection unless the body had already arrived whole (then
+  it goes back to the pool); a 2xx body left so is ``Fetched.skipped``.
+- A body is read as it streams, counted after decompression, and abandoned as soon as it
   passes ``max_body_bytes`` (``too_large``). aiohttp (3.13+) inflates at most about one read
   buffer ahead of the reader, so a compression bomb costs a buffer, not its inflated size.
 - aiohttp, asyncio and socket exceptions are translated once, in ``_fetch_error``.
@@ -30,7 +31,7 @@ import errno
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -90,11 +91,12 @@ class Fetched:
     content_type: str  # the media type only, lowercase ("text/html"); "" if absent
     charset: str | None  # the Content-Type's charset parameter, lowercase
     headers: Mapping[str, str]  # the KEPT_HEADERS the response had, lowercase names
-    body: bytes  # the decompressed body of a 2xx HTML response; b"" otherwise
-    length: int  # len(body) when read; else the Content-Length if given, else 0
+    body: bytes  # the decompressed body of a 2xx response of a type read; b"" otherwise
+    length: int  # len(body) when read; 0 when skipped; else the Content-Length if given, else 0
     fetched_at: float  # epoch seconds when the first request started
     elapsed_ms: float  # from the first request to the end of the body
     location: str | None = None  # canonical redirect target, when redirects are not followed
+    skipped: bool = False  # a 2xx response of a type not read: its body was released unread
 
     @property
     def is_html(self) -> bool:
@@ -183,7 +185,7 @@ class Fetcher:
             headers=self._headers,
             timeout=self._timeout(self._total_timeout_s),
             cookie_jar=aiohttp.DummyCookieJar(),  # no state shared between hosts or tasks
-            auto_decompress=True,  # bounded by aiohttp, counted by _read_html
+            auto_decompress=True,  # bounded by aiohttp, counted by _read_body
             raise_for_status=False,
         )
 
@@ -224,8 +226,10 @@ class Fetcher:
         follow_redirects: bool = True,
         headers: Mapping[str, str] | None = None,
         proxy: str | None = None,
+        reads: Container[str] = HTML_TYPES,
     ) -> Fetched:
-        """GET ``url`` (canonical); the body is read only for 2xx HTML.
+        """GET ``url`` (canonical); the body is read only for a 2xx response whose media type is
+        in ``reads``.
 
         With ``follow_redirects=False`` a redirect is the answer: its canonical target is
         ``location`` (a Location that is no acceptable URL is ``bad_redirect``). ``proxy``: an
@@ -242,11 +246,13 @@ class Fetcher:
             content_type, charset = media_type(response.headers.get("Content-Type", ""))
             declared = content_length(response.headers)
             body = b""
-            if 200 <= response.status < 300 and content_type in HTML_TYPES:
-                body = await self._read_html(response, final_url, declared)
+            success = 200 <= response.status < 300
+            skipped = success and content_type not in reads
+            if success and not skipped:
+                body = await self._read_body(response, final_url, declared)
                 length = len(body)
             else:
-                length = declared or 0
+                length = 0 if skipped else declared or 0
             headers = {
                 name: response.headers[name] for name in KEPT_HEADERS if name in response.headers
             }
@@ -266,6 +272,7 @@ class Fetcher:
             fetched_at=fetched_at,
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
             location=location,
+            skipped=skipped,
         )
 
     async def get_text(self, url: str, max_bytes: int) -> tuple[int, str, tuple[str, ...]]:
@@ -403,7 +410,7 @@ class Fetcher:
                 "bad_redirect", f"Location {location[:200]!r} rejected: {exc.reason}", current
             ) from None
 
-    async def _read_html(
+    async def _read_body(
         self, response: aiohttp.ClientResponse, url: str, declared: int | None
     ) -> bytes:
         limit = self._max_body_bytes

@@ -20,14 +20,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 
 from jetcrawl.contract.fetchpolicy import RENDER_ALWAYS, RENDER_AUTO, FetchPolicy
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.urls import host_of
 from jetcrawl.worker.errors import FetchError
-from jetcrawl.worker.fetcher import Fetched, Fetcher
+from jetcrawl.worker.fetcher import HTML_TYPES, Fetched, Fetcher
 from jetcrawl.worker.proxies import PROXY_FAILURE_STATUSES, Proxy, ProxyPool
 from jetcrawl.worker.render import RenderClient
 from jetcrawl.worker.shell import script_shell
@@ -99,17 +99,20 @@ class PageFetcher:
         delay_s: float,
         follow_redirects: bool,
         headers: Mapping[str, str] | None = None,
+        reads: Container[str] = HTML_TYPES,
     ) -> Got:
+        """The page; a 2xx body is read only when its media type is in ``reads`` (the job's
+        content types), else released unread (``Fetched.skipped``)."""
         policy = self.policy(job)
         sent = dict(headers or {})
         if policy.user_agent is not None:
             sent["User-Agent"] = policy.user_agent
         pool = self.pool(policy)
-        fetched, proxy = await self._fetch(url, sent or None, follow_redirects, pool)
+        fetched, proxy = await self._fetch(url, sent or None, follow_redirects, pool, reads)
         blocked = _blocked(fetched)
         if blocked is not None and policy.on_block == "proxy" and pool and proxy:
             pool.failed(proxy, f"soft block ({blocked}) on {host_of(url)}")
-            fetched, proxy = await self._fetch(url, sent or None, follow_redirects, pool)
+            fetched, proxy = await self._fetch(url, sent or None, follow_redirects, pool, reads)
             blocked = _blocked(fetched)
         html_page = fetched.is_html and 200 <= fetched.status < 300 and bool(fetched.body)
         render = html_page and (
@@ -129,10 +132,11 @@ class PageFetcher:
         headers: Mapping[str, str] | None,
         follow_redirects: bool,
         pool: ProxyPool | None,
+        reads: Container[str],
     ) -> tuple[Fetched, Proxy | None]:
         if pool is None:
             return await self._fetcher.fetch(
-                url, follow_redirects=follow_redirects, headers=headers
+                url, follow_redirects=follow_redirects, headers=headers, reads=reads
             ), None
         proxy = pool.pick(host_of(url))
         if proxy is None:
@@ -143,7 +147,11 @@ class PageFetcher:
         await self._fetcher.guard_name(url)
         try:
             fetched = await self._fetcher.fetch(
-                url, follow_redirects=follow_redirects, headers=headers, proxy=proxy.url
+                url,
+                follow_redirects=follow_redirects,
+                headers=headers,
+                proxy=proxy.url,
+                reads=reads,
             )
         except FetchError as e:
             if e.kind in _PROXY_FAULTS:
@@ -182,4 +190,5 @@ def _decoded(body: bytes, charset: str | None) -> str:
 
 def _blocked(fetched: Fetched) -> str | None:
     redirected = fetched.location or (fetched.final_url if fetched.redirects else None)
-    return soft_block(fetched.status, fetched.body, redirected)
+    # a body read for a job that reads other types (an image, a PDF) is no page to judge
+    return soft_block(fetched.status, fetched.body if fetched.is_html else b"", redirected)

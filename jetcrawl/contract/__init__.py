@@ -7,6 +7,7 @@ topology.py   streams, consumers and buckets as code; subjects (declared: plumbi
 urls.py       canonical URLs, scope, the shard function and the URL fingerprint
 jobs.py       job specs: link rules, filters, limits, extraction, plugins, priority; read strictly
 control.py    a job's run state: running, paused or cancelled
+filetypes.py  links skipped by extension (by default, Scrapy's list) and bodies by media type
 """
 
 # The mesh's protocol, in the tasks stream's metadata and worker records; 2: tasks on lanes.

@@ -15,17 +15,22 @@ the puts that changed it: 1, 2, 3, ...
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 import orjson
 
 from jetcrawl.contract.errors import MessageError, SpecError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
+from jetcrawl.contract.filetypes import (
+    EXTENSION_RE,
+    MEDIA_TYPE_RE,
+    ExtensionRule,
+    extension_rule,
+    media_types,
+)
 from jetcrawl.contract.messages import JOB_RE, check_priority
 from jetcrawl.contract.wire import WIRE_VERSION, json_object, typed
 
@@ -43,8 +48,8 @@ FIELDS = frozenset(
     {
         "name",  # the job's name: what seeds say in "job"
         "links",  # allow and deny regexes on URLs, optionally per domain
-        "content_types",  # media types whose pages are extracted and followed
-        "extensions",  # URL path extensions admitted ("allow") or refused ("deny")
+        "content_types",  # media types whose bodies are read, extracted and followed
+        "extensions",  # URL path extensions followed ("allow"), refused ("deny"), "default" list
         "max_depth",  # link depth from the seeds, at most (and at most the seed's own)
         "max_pages",  # URLs admitted for the job in all
         "recrawl_after_s",  # a URL of the job may be admitted again after this long
@@ -57,14 +62,12 @@ FIELDS = frozenset(
 )
 LINK_FIELDS = frozenset({"allow", "deny", "domains"})
 DOMAIN_FIELDS = frozenset({"allow", "deny"})
-EXTENSION_FIELDS = frozenset({"allow", "deny"})
+EXTENSION_FIELDS = frozenset({"allow", "deny", "default"})
 PRIORITY_FIELDS = frozenset({"default", "weight", "rules"})
 PRIORITY_RULE_FIELDS = frozenset({"match", "level"})
 MAX_JOB_WEIGHT = 1000
 DEFAULT_CONTENT_TYPES = ("text/html", "application/xhtml+xml")
 PLUGIN_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-_MEDIA_TYPE = re.compile(r"^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$")
-_EXTENSION = re.compile(r"^[a-z0-9]{1,16}$")
 _DOMAIN = re.compile(r"^[a-z0-9.-]{1,253}$")
 
 
@@ -235,6 +238,7 @@ class JobSpec:
     content_types: tuple[str, ...] = DEFAULT_CONTENT_TYPES
     extensions_allow: frozenset[str] = frozenset()  # empty: every extension
     extensions_deny: frozenset[str] = frozenset()
+    extensions_default: bool = True  # the crawl's ignored_extensions apply too
     max_depth: int | None = None
     max_pages: int | None = None
     recrawl_after_s: float | None = None
@@ -253,7 +257,7 @@ class JobSpec:
         name = _expect(obj["name"], str, "name", "a string")
         if not JOB_RE.match(name):
             raise SpecError("name", f"must match {JOB_RE.pattern}, got {name[:80]!r}")
-        allow, deny = cls._extensions(obj.get("extensions"))
+        allow, deny, default = cls._extensions(obj.get("extensions"))
         recrawl = obj.get("recrawl_after_s")
         if recrawl is not None:
             _expect(recrawl, (int, float), "recrawl_after_s", "a number of seconds")
@@ -269,6 +273,7 @@ class JobSpec:
             content_types=cls._content_types(obj.get("content_types")),
             extensions_allow=allow,
             extensions_deny=deny,
+            extensions_default=default,
             max_depth=_limit(obj["max_depth"], "max_depth", 0) if "max_depth" in obj else None,
             max_pages=_limit(obj["max_pages"], "max_pages", 1) if "max_pages" in obj else None,
             recrawl_after_s=None if recrawl is None else float(recrawl),
@@ -294,28 +299,31 @@ class JobSpec:
             return DEFAULT_CONTENT_TYPES
         types = _strings(value, "content_types")
         for i, media_type in enumerate(types):
-            if not _MEDIA_TYPE.match(media_type):
+            if not MEDIA_TYPE_RE.match(media_type):
                 raise SpecError(
-                    f"content_types[{i}]", f"not a lowercase media type: {media_type!r}"
+                    f"content_types[{i}]",
+                    f"not a lowercase media type (or type/*, */*): {media_type!r}",
                 )
         return tuple(types)
 
     @staticmethod
-    def _extensions(value: Any) -> tuple[frozenset[str], frozenset[str]]:
+    def _extensions(value: Any) -> tuple[frozenset[str], frozenset[str], bool]:
         if value is None:
-            return frozenset(), frozenset()
+            return frozenset(), frozenset(), True
         obj = _object(value, "extensions", EXTENSION_FIELDS)
         out = []
         for key in ("allow", "deny"):
             names = _strings(obj.get(key, []), f"extensions.{key}")
             for i, name in enumerate(names):
-                if not _EXTENSION.match(name):
+                if not EXTENSION_RE.match(name):
                     raise SpecError(
                         f"extensions.{key}[{i}]",
-                        f"an extension is lowercase letters and digits, no dot: {name!r}",
+                        "an extension is lowercase letters and digits (dots between, as "
+                        f"tar.gz), no dot first: {name!r}",
                     )
             out.append(frozenset(names))
-        return out[0], out[1]
+        default = _expect(obj.get("default", True), bool, "extensions.default", "true or false")
+        return out[0], out[1], default
 
     @staticmethod
     def _plugins(value: Any) -> tuple[str, ...]:
@@ -331,28 +339,20 @@ class JobSpec:
 
     # ------------------------------------------------------------ the rules
 
-    def follows(self, url: str, host: str) -> bool:
-        """Whether the job admits the canonical ``url``: its link rules and extensions."""
-        return self.extension_allowed(url) and self.links.allows(url, host)
+    def follows(self, url: str, host: str, ignored: tuple[str, ...] = ()) -> bool:
+        """Whether the job admits the canonical ``url``: its link rules and extensions, with
+        ``ignored`` the crawl's default list of extensions (the ``ignored_extensions`` setting)."""
+        return self.extensions(ignored).follows(url) and self.links.allows(url, host)
 
-    def extension_allowed(self, url: str) -> bool:
-        if not self.extensions_allow and not self.extensions_deny:
-            return True
-        ext = extension_of(url)
-        if ext in self.extensions_deny:
-            return False
-        # a URL without an extension (/, /products/42) is a page, not a file: allowed
-        return not self.extensions_allow or ext == "" or ext in self.extensions_allow
+    def extensions(self, ignored: tuple[str, ...] = ()) -> ExtensionRule:
+        """The job's extension rule, ``ignored`` being the crawl's default list."""
+        return extension_rule(
+            self.extensions_allow, self.extensions_deny, ignored if self.extensions_default else ()
+        )
 
     def processes(self, content_type: str | None) -> bool:
-        """Whether a page of ``content_type`` is extracted and its links followed."""
-        return (content_type or "") in self.content_types
-
-
-def extension_of(url: str) -> str:
-    """The lowercase extension of the URL path's last segment ("" for none)."""
-    _, ext = posixpath.splitext(urlsplit(url).path.rsplit("/", 1)[-1])
-    return ext[1:].lower()
+        """Whether a response of ``content_type`` is read, extracted and its links followed."""
+        return (content_type or "") in media_types(self.content_types)
 
 
 def canonical_doc(doc: Mapping[str, Any]) -> bytes:

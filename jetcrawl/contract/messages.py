@@ -376,7 +376,7 @@ class DiscoveredPages:
         return cls(tuple(Discovered.from_obj(page) for page in pages))
 
 
-OUTCOMES = ("fetched", "robots_disallowed", "failed", "blocked")
+OUTCOMES = ("fetched", "robots_disallowed", "failed", "blocked", "skipped")
 
 
 def _headers(obj: dict[str, Any]) -> dict[str, str]:
@@ -398,7 +398,9 @@ class Result:
 
     ``outcome`` is ``fetched`` (an HTTP response, whatever its status), ``robots_disallowed``
     (never requested), ``failed`` (no usable response; ``error`` says why) or ``blocked`` (a soft
-    block: a bot wall, CAPTCHA or login wall served as a page; ``error`` names the signal).
+    block: a bot wall, CAPTCHA or login wall served as a page; ``error`` names the signal) or
+    ``skipped`` (a 2xx response of a media type the job does not read: its body was not
+    downloaded, ``length`` is 0; ``error`` of kind ``unwanted_type`` says so).
     ``rendered``: the links and title come from the page as a browser built it. ``fence`` is the
     revision of the shard's owner key in etcd when the worker crawled it.
     """

@@ -18,6 +18,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 from jetcrawl.contract.errors import SettingsError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
+from jetcrawl.contract.filetypes import EXTENSION_RE, IGNORED_EXTENSIONS
 
 ENV_PREFIX = "JETCRAWL_"
 
@@ -119,6 +120,10 @@ class Settings:
     default_job: str = "default"
     max_url_length: int = 2048
     tracking_params: tuple[str, ...] = DEFAULT_TRACKING_PARAMS
+    # Links whose path ends in "." + one of these are not followed (images, archives, media,
+    # office documents: contract/filetypes.py); a job spec may add, allow or switch it off.
+    # Empty: off for the whole crawl.
+    ignored_extensions: tuple[str, ...] = IGNORED_EXTENSIONS
     max_pages: int = 0  # 0: no limit
     # Spider-trap guards: admissions per host per job (0: no limit), and a path that repeats one
     # segment more than this many times (/a/b/a/b/a/b/a/b) is a trap, not a page (0: no check).
@@ -288,6 +293,12 @@ class Settings:
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(name, "must be >= 0")
+        for extension in self.ignored_extensions:
+            if not EXTENSION_RE.match(extension):
+                raise SettingsError(
+                    "ignored_extensions",
+                    f"not a lowercase extension without its first dot: {extension!r}",
+                )
         for cidr in self.allow_nets:
             try:
                 ipaddress.ip_network(cidr, strict=False)

@@ -98,7 +98,7 @@ class Summary:
 
 def _cause(head: ResultHead) -> tuple[str, str] | None:
     """Why this URL gave no page (kind, message), or None if it gave one."""
-    if head.outcome in ("failed", "blocked"):
+    if head.outcome in ("failed", "blocked", "skipped"):
         error = head.error
         return (error.kind, error.message) if error else ("failed", "no error recorded")
     if head.outcome == "robots_disallowed":
@@ -110,6 +110,8 @@ def _cause(head: ResultHead) -> tuple[str, str] | None:
 
 def fix_for(kind: str, message: str) -> str | None:
     """The flag that would let such a URL through, where one would."""
+    if kind == "unwanted_type":
+        return "a job spec's content_types (e.g. '*/*') reads it"
     if kind != "blocked":
         return None
     match = _REFUSED.search(message)

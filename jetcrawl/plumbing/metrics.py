@@ -20,9 +20,14 @@ Dispatcher (``DispatcherMetrics``)::
 Worker (``WorkerMetrics``)::
 
     jetcrawl_pages_total{outcome, status_class}  one per task finished with a result: outcome
-                                         fetched (status_class 1xx..5xx), robots_disallowed or
-                                         failed (status_class "none")
-    jetcrawl_fetched_bytes_total         response body bytes (Content-Length when not read)
+                                         fetched or skipped (status_class 1xx..5xx),
+                                         robots_disallowed or failed (status_class "none")
+    jetcrawl_fetched_bytes_total         response body bytes (Content-Length when not read,
+                                         0 when skipped)
+    jetcrawl_bodies_skipped_total        responses of a media type their job does not read:
+                                         released unread, recorded as skipped
+    jetcrawl_links_skipped_total         links not sent to the frontier: their extension is one
+                                         their job skips (contract/filetypes.py)
     jetcrawl_fetch_failures_total{kind}  tasks that ended without a page, by cause
     jetcrawl_soft_blocks_total{host, signal}  pages recorded as blocked (bot wall, CAPTCHA, login
                                          wall), by host (the first SOFT_BLOCK_HOSTS, then "other")
@@ -97,6 +102,10 @@ class CrawlCounts(Protocol):
     def links_published(self) -> int: ...
     @property
     def links_sent_before(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def links_skipped(self) -> int: ...
     @property
     def links_messages(self) -> int: ...
     @property
@@ -297,6 +306,16 @@ class WorkerMetrics(ServiceMetrics):
                     "jetcrawl_publish_retries",
                     "Records published again in place after a failed publish.",
                     lambda: worker.stats.publish_retries,
+                ),
+                (
+                    "jetcrawl_bodies_skipped",
+                    "Responses of a media type their job does not read: released unread.",
+                    lambda: worker.stats.skipped,
+                ),
+                (
+                    "jetcrawl_links_skipped",
+                    "Links not sent to the frontier: their extension is one their job skips.",
+                    lambda: worker.stats.links_skipped,
                 ),
                 (
                     "jetcrawl_dead_letters",

@@ -8,8 +8,9 @@ host 0's root; the other hosts' roots are at depth 1. Per host:
                          that is not in the expected sets)
     /docs/N.html         HTML pages
     /list?cat=C&page=P   HTML pages whose canonical query is sorted; links write it either way
-    /files/docN.pdf      application/pdf  } 200, not HTML: recorded, never parsed (their bytes
-    /img/picN.png        image/png        } hold an <a href> to a URL that is not on the site)
+    /files/docN.pdf      application/pdf  } 200, not HTML, never parsed (their bytes hold an
+    /img/picN.png        image/png        } <a href> to a URL not on the site); linked, but a
+                                            default crawl skips them by extension
     /old/N.html          301 to a page of the same host  } a page linking a redirect also links
     /moved/N             302 to a page of the same host  } its target directly
     /private/N.html      HTML pages disallowed by robots.txt; they link /hidden/N.html pages that

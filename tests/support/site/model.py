@@ -47,7 +47,7 @@ ROBOTS_TXT = b"User-agent: *\nDisallow: /private/\n"
 DISALLOWED_PREFIX = "/private/"
 TRACKING_PARAMS = frozenset({"utm_source", "utm_medium", "utm_campaign", "fbclid", "gclid"})
 # Every extension the sites give their non-HTML files; each is in Scrapy's IGNORED_EXTENSIONS
-# (tests/test_site.py checks it where Scrapy is installed).
+# and in jetcrawl's default list (tests/test_filetypes.py), which a default crawl skips.
 BINARY_EXTENSIONS = (".pdf", ".png", ".jpg", ".gif", ".webp", ".zip", ".tar.gz", ".mp4")
 DIRECTORIES = 8  # the "dotted" form climbs out of /sD/ with D = host % DIRECTORIES
 

@@ -12,8 +12,10 @@ and tracking parameters removed, no fragment (``canonical()`` below). After ``st
     seeds       [root URL of host 0]
     fetchable   what a crawler obeying robots.txt, starting from ``seeds`` in scope "any" with
                 no depth limit, requests and gets a terminal answer for: HTML pages (200, parsed),
-                non-HTML resources (200, not parsed), 404 URLs, and redirect sources (301/302;
-                each target is a page that is itself in the set)
+                404 URLs, and redirect sources (301/302; each target is a page that is itself in
+                the set); and non-HTML resources (200, not parsed) only with
+                ``skip_binaries=False``: by default the site's answer is jetcrawl's default
+                crawl, which skips links to them by extension (``SKIPS_BINARIES``)
     disallowed  URLs linked from fetched pages that robots.txt disallows: recorded, never fetched
     reachable   fetchable | disallowed, the result set of a correct crawl
     depths      canonical URL -> BFS link depth from the seeds (seeds 0), over ``reachable``
@@ -26,7 +28,7 @@ and tracking parameters removed, no fragment (``canonical()`` below). After ``st
 
 ``reachable_from(url, scope="host")`` is the same crawl from another start, restricted to its host
 (links to other hosts dropped) or not (scope "any"); ``expected(...)`` gives all the sets for any
-seeds, scope and depth limit.
+seeds, scope, depth limit and ``skip_binaries`` (``False``: a job that fetches everything).
 
 The request log ``requests`` (and ``request_counts``, keyed by ``http://host:port/path?query`` as
 requested, robots.txt included) lets a test check that nothing was fetched twice and nothing
@@ -53,6 +55,9 @@ from tests.support.site.model import DISALLOWED_PREFIX, TRACKING_PARAMS, Expecte
 __all__ = ["MultiHostSite", "SiteRequest", "canonical", "extract_links"]
 
 FIRST_HOST_OCTET = 2  # host i listens on 127.0.0.{i + 2}
+# A jetcrawl crawl skips links to the site's binaries unless told otherwise (ignored_extensions,
+# a job spec's extensions.default): every expected set of a site assumes so unless told otherwise.
+SKIPS_BINARIES = True
 
 # How a test names what a URL is: "page" for every HTML page a crawler may fetch.
 Kind = Literal["page", "resource", "redirect", "missing", "disallowed"]
@@ -118,8 +123,10 @@ class MultiHostSite:
         hosts: int = 3,
         pages_per_host: int = 30,
         addresses: list[str] | None = None,
+        skip_binaries: bool = SKIPS_BINARIES,
     ) -> None:
         self.seed = seed
+        self.skip_binaries = skip_binaries  # what the expected sets assume by default
         self._site = levels.generate(seed, hosts, pages_per_host)
         self._host_count = hosts
         self._addresses = addresses or [_address(h) for h in range(hosts)]
@@ -239,15 +246,21 @@ class MultiHostSite:
         return self.expected([seed_url], scope=scope).reachable
 
     def expected(
-        self, seeds: Iterable[str] | None = None, scope: Scope = "any", max_depth: int | None = None
+        self,
+        seeds: Iterable[str] | None = None,
+        scope: Scope = "any",
+        max_depth: int | None = None,
+        skip_binaries: bool | None = None,
     ) -> Expected:
         """The crawl from ``seeds`` (default ``self.seeds``): BFS over the generated links.
 
         Scope "host" drops every link to another host than the one it is on (so each seed's
-        crawl stays on the seed's host).
+        crawl stays on the seed's host). ``skip_binaries`` (default: the site's) drops links to
+        the PDFs and PNGs, as jetcrawl's default extension filter does.
         """
         starts = None if seeds is None else [self.locate(url) for url in seeds]
-        return self._site.expected(self.hosts, starts, scope, max_depth)
+        skip = self.skip_binaries if skip_binaries is None else skip_binaries
+        return self._site.expected(self.hosts, starts, scope, max_depth, skip)
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -257,6 +270,10 @@ class MultiHostSite:
     @property
     def kinds(self) -> dict[str, Kind]:
         return {url: self._kind(self.locate(url)) for url in self.reachable}
+
+    def kind(self, url: str) -> Kind:
+        """What one of the site's URLs is, reachable by the default crawl or not."""
+        return self._kind(self.locate(url))
 
     @property
     def redirects(self) -> dict[str, str]:
