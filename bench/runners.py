@@ -72,6 +72,7 @@ WORK = {
     "scrapy": SKIP_BINARIES,
     "jetcrawl-1": SKIP_BINARIES,
     "jetcrawl-2": SKIP_BINARIES,
+    "jetcrawl-levels": SKIP_BINARIES,
 }
 ALL = "all"
 

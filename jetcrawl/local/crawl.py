@@ -130,18 +130,29 @@ async def crawl(
         await collector.open()
         stack.push_async_callback(collector.close)
         failure: JetcrawlError | None = None
+        progress = Progress(sys.stderr, settings.progress_log_every_s)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(collector.follow())
             try:
                 drained = await _wait_drained(
-                    js, settings, children, collector.summary, started, interrupt
+                    js, settings, children, collector.summary, started, interrupt, progress
                 )
             except (CrawlFailed, Interrupted) as e:
                 failure = e
+                progress.done()
+            except BaseException:
+                progress.done()
+                raise
             finally:
                 collector.stop()
         if failure is None:
-            await collector.read_to_end()  # drained: the stream holds every result now
+            try:
+                await collector.read_to_end()  # drained: the stream holds every result now
+                # the last frame counts every result, not what the collector had at the drain
+                elapsed = time.monotonic() - started
+                progress.show(State(drained, collector.summary, elapsed, (), time.time()))
+            finally:
+                progress.done()
         if sink is not None:
             sink.close()
         if failure is not None:
@@ -296,29 +307,27 @@ async def _wait_drained(
     summary: Summary,
     started: float,
     interrupt: Interrupt,
+    progress: Progress,
 ) -> Snapshot:
-    """The snapshot that shows the crawl drained."""
-    progress = Progress(sys.stderr, settings.progress_log_every_s)
+    """The snapshot that shows the crawl drained (``progress`` shown meanwhile; the caller
+    ends it)."""
     previous: Snapshot | None = None
     cadence = Cadence()
     reports: tuple[WorkerReport, ...] = ()
     reports_read = -math.inf
-    try:
-        while True:
-            # Checked before the services: on Ctrl-C a terminal signals them too, and their
-            # exit is then no failure.
-            if interrupt.requested.is_set():
-                raise Interrupted("interrupted")
-            await children.supervise()
-            current = await snapshot(js, settings.shards, previous)
-            summary.dead_letters = current.dead
-            if time.monotonic() - reports_read >= REPORTS_EVERY_S:
-                reports, reports_read = await read_reports(js), time.monotonic()
-            elapsed = time.monotonic() - started
-            progress.show(State(current, summary, elapsed, reports, time.time()))
-            if current.settled_after(previous):
-                return current
-            previous = current
-            await wait_set(interrupt.requested, cadence.next_in(current, time.monotonic()))
-    finally:
-        progress.done()
+    while True:
+        # Checked before the services: on Ctrl-C a terminal signals them too, and their
+        # exit is then no failure.
+        if interrupt.requested.is_set():
+            raise Interrupted("interrupted")
+        await children.supervise()
+        current = await snapshot(js, settings.shards, previous)
+        summary.dead_letters = current.dead
+        if time.monotonic() - reports_read >= REPORTS_EVERY_S:
+            reports, reports_read = await read_reports(js), time.monotonic()
+        elapsed = time.monotonic() - started
+        progress.show(State(current, summary, elapsed, reports, time.time()))
+        if current.settled_after(previous):
+            return current
+        previous = current
+        await wait_set(interrupt.requested, cadence.next_in(current, time.monotonic()))
