@@ -6,6 +6,7 @@
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
+    python -m bench soak-memory [--minutes M] [--pages N] [--recrawl-after-s S] [--out DIR]
 
 The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
 ``tests/support/site/realistic.py``), runs every system ``--reps`` times (interleaved, so drift
@@ -42,6 +43,7 @@ from bench.render import measure_render, render_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
 from bench.siteserver import SiteServer
+from bench.soak import measure_soak, soak_markdown
 from bench.urls import measure_urls, urls_markdown
 from jetcrawl.contract.settings import DEFAULT_TRACKING_PARAMS
 from tests.support.site import realistic
@@ -115,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     rendering.add_argument("--pages", type=int, default=200, help="renders (default 200)")
     rendering.add_argument("--concurrency", type=int, default=2, help="at once (default 2)")
     rendering.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    soak = sub.add_parser("soak-memory", help="dispatcher and worker RSS over a long re-crawl")
+    soak.add_argument("--minutes", type=float, default=60.0, help="how long (default 60)")
+    soak.add_argument("--pages", type=int, default=4_000, help="site pages (default 4,000)")
+    soak.add_argument(
+        "--recrawl-after-s", type=float, default=60.0, help="a mark's lifetime (default 60)"
+    )
+    soak.add_argument("--sample-s", type=float, default=60.0, help="between samples (default 60)")
+    soak.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return memory_command(args)
     if args.command == "results":
         return results_command(args)
+    if args.command == "soak-memory":
+        return soak_command(args)
     if args.command == "urls":
         bench = measure_urls(args.passes)
         _write_report(args.out, "urls", urls_markdown(bench), bench.to_dict())
@@ -360,6 +372,29 @@ def memory_command(args: argparse.Namespace) -> int:
         )
     )
     _write_report(args.out, "memory", memory_markdown(result), result.to_dict())
+    return 0
+
+
+def soak_command(args: argparse.Namespace) -> int:
+    _say(
+        f"soak-memory: {args.minutes:g} minutes re-crawling {args.pages} pages, "
+        f"one dispatcher and one worker"
+    )
+    result = run(
+        measure_soak(
+            args.minutes,
+            args.pages,
+            args.recrawl_after_s,
+            args.sample_s,
+            args.out,
+            lambda s: _say(
+                f"minute {s.minute:g}: {s.pages} pages, cycle {s.cycles}; RSS dispatcher "
+                f"{s.dispatcher_rss_mb:.0f} MB, worker {s.worker_rss_mb:.0f} MB, "
+                f"nats-server {s.nats_rss_mb:.0f} MB"
+            ),
+        )
+    )
+    _write_report(args.out, "soak-memory", soak_markdown(result), result.to_dict())
     return 0
 
 
