@@ -6,6 +6,7 @@
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
+    python -m bench seen [--quick] [--urls N] [--memory-keys N] [--dispatchers D] [--reps N]
     python -m bench soak-memory [--minutes M] [--pages N] [--recrawl-after-s S] [--out DIR]
 
 The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
@@ -42,6 +43,7 @@ from bench.reading import measure_reading, reading_markdown
 from bench.render import measure_render, render_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
+from bench.seen import measure_seen, seen_markdown
 from bench.siteserver import SiteServer
 from bench.soak import measure_soak, soak_markdown
 from bench.urls import measure_urls, urls_markdown
@@ -117,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     rendering.add_argument("--pages", type=int, default=200, help="renders (default 200)")
     rendering.add_argument("--concurrency", type=int, default=2, help="at once (default 2)")
     rendering.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    seen = sub.add_parser("seen", help="the seen set: memory per key; admissions/s, K=1 and K=3")
+    seen.add_argument("--urls", type=int, help="URLs per admission run (default 200k; --quick 20k)")
+    seen.add_argument(
+        "--memory-keys", type=int, help="keys for the memory reading (default 500k; --quick 50k)"
+    )
+    seen.add_argument("--dispatchers", type=int, default=2, help="dispatchers (default 2)")
+    seen.add_argument("--reps", type=int, help="runs of each K, interleaved (default 2; --quick 1)")
+    seen.add_argument("--quick", action="store_true", help="20k URLs, 50k keys, one run each")
+    seen.add_argument("--out", type=Path, default=DEFAULT_OUT)
     soak = sub.add_parser("soak-memory", help="dispatcher and worker RSS over a long re-crawl")
     soak.add_argument("--minutes", type=float, default=60.0, help="how long (default 60)")
     soak.add_argument("--pages", type=int, default=4_000, help="site pages (default 4,000)")
@@ -136,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return memory_command(args)
     if args.command == "results":
         return results_command(args)
+    if args.command == "seen":
+        return seen_command(args)
     if args.command == "soak-memory":
         return soak_command(args)
     if args.command == "urls":
@@ -372,6 +385,18 @@ def memory_command(args: argparse.Namespace) -> int:
         )
     )
     _write_report(args.out, "memory", memory_markdown(result), result.to_dict())
+    return 0
+
+
+def seen_command(args: argparse.Namespace) -> int:
+    urls = args.urls or (20_000 if args.quick else 200_000)
+    keys = args.memory_keys if args.memory_keys is not None else (50_000 if args.quick else 500_000)
+    reps = args.reps or (1 if args.quick else 2)
+    if (cores := _other_load(QUIET_CHECK_S)) > QUIET_CORES:
+        _say(f"warning: other processes use {cores:.2f} cores; the results will suffer")
+    _say(f"seen: {keys} keys for memory; {urls} URLs x {reps} runs of K=1 and K=3 on 3 nodes")
+    bench = run(measure_seen(urls, args.dispatchers, reps, args.out, keys))
+    _write_report(args.out, "seen", seen_markdown(bench), bench.to_dict())
     return 0
 
 
