@@ -3,6 +3,9 @@ spread over a cluster, and admitting exactly once under two dispatchers."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -155,3 +158,20 @@ async def test_a_crawl_over_three_partitions_on_a_cluster_admits_every_url_once(
             p = seen_partition(shard_of(host_of(r.url), SHARDS), SHARDS, K)
             assert r.fp in by_partition[p], f"{r.url} is not in partition {p}"
         assert sum(1 for keys in by_partition if keys) >= 2, "the hosts span partitions"
+
+
+async def test_a_dispatcher_started_with_another_partition_count_exits_2_in_one_line(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    await ensure(js, Settings(nats_url=nats_server.url))
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "jetcrawl", "dispatcher", "--nats", nats_server.url],
+        env={**os.environ, "JETCRAWL_SEEN_PARTITIONS": "3", "JETCRAWL_SHARDS": "64"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 2, (out + err).decode()
+    last = err.decode().strip().splitlines()[-1]
+    assert "created with 1 partition(s)" in last and "seen_partitions=3" in last, err.decode()
