@@ -4,7 +4,8 @@ Memory, on one nats-server: ``urls`` seen marks created straight into ``crawl_se
 dispatcher creates them: no message id), then as many tasks published into ``CRAWL_TASKS`` (as
 the dispatcher publishes them: ``Nats-Msg-Id``, remembered for ``duplicate_window_s``). The
 server's RSS after each, and after a restart (what it keeps per key once the publishing's
-garbage and caches are gone), gives the bytes per seen key apart from those per stored task.
+garbage and caches are gone), gives the bytes per seen key apart from those per stored task; as
+many messages on one subject, on another server, tell the per-subject state from the rest.
 
 Admissions, on a local 3-node cluster (R3, as deployed) for each partition count: once
 ``dispatchers`` ``python -m jetcrawl dispatcher`` processes wait on the intake, the harness
@@ -70,6 +71,10 @@ class MemoryPerKey:
     tasks_restarted_rss_mb: float
     kv_disk_bytes: int
     tasks_disk_bytes: int
+    # The same count of messages like a mark on one subject of a plain stream, on a fresh server,
+    # after a restart: what a stored message costs without a subject of its own.
+    one_subject_empty_rss_mb: float = 0.0
+    one_subject_restarted_rss_mb: float = 0.0
 
     @property
     def bytes_per_key(self) -> float:
@@ -78,6 +83,16 @@ class MemoryPerKey:
     @property
     def bytes_per_key_restarted(self) -> float:
         return (self.marks_restarted_rss_mb - self.empty_rss_mb) * 2**20 / self.keys
+
+    @property
+    def bytes_per_message_one_subject(self) -> float:
+        used = self.one_subject_restarted_rss_mb - self.one_subject_empty_rss_mb
+        return used * 2**20 / self.keys
+
+    @property
+    def bytes_per_subject(self) -> float:
+        """A mark's memory beyond a message's: nats-server's per-subject state."""
+        return self.bytes_per_key_restarted - self.bytes_per_message_one_subject
 
     @property
     def bytes_per_task(self) -> float:
@@ -140,6 +155,7 @@ class SeenBench:
             "bytes_per_key": memory.bytes_per_key if memory else None,
             "bytes_per_key_restarted": memory.bytes_per_key_restarted if memory else None,
             "bytes_per_task": memory.bytes_per_task if memory else None,
+            "bytes_per_subject": memory.bytes_per_subject if memory else None,
             "admissions_per_s": {
                 str(a.partitions): self.median(a.partitions, "per_s") for a in self.admissions
             },
@@ -197,6 +213,8 @@ async def measure_memory_per_key(n: int, work_dir: Path) -> MemoryPerKey:
             tasks_restarted = await _restarted_rss_mb(server)
         finally:
             await server.stop()
+        kv_disk, tasks_disk = _disk_bytes(store, SEEN_STREAM), _disk_bytes(store, TASKS_STREAM)
+        one_empty, one_restarted = await _one_subject(n, Path(tmp) / "one")
         return MemoryPerKey(
             n,
             empty,
@@ -204,9 +222,29 @@ async def measure_memory_per_key(n: int, work_dir: Path) -> MemoryPerKey:
             marks_restarted,
             with_tasks,
             tasks_restarted,
-            _disk_bytes(store, SEEN_STREAM),
-            _disk_bytes(store, TASKS_STREAM),
+            kv_disk,
+            tasks_disk,
+            one_empty,
+            one_restarted,
         )
+
+
+async def _one_subject(n: int, store: Path) -> tuple[float, float]:
+    """nats-server's RSS with an empty stream, and with ``n`` mark-sized messages on one
+    subject after a restart."""
+    server = NatsServer(store)
+    await server.start()
+    try:
+        nc = await connect(Settings(nats_url=server.url), "bench-seen")
+        try:
+            await nc.jetstream().add_stream(name="ONE", subjects=["one"])
+            empty = _rss_mb(server)
+            await publish_all(Outbox(nc), [Outgoing("one", b"123456") for _ in range(n)])
+        finally:
+            await nc.close()
+        return empty, await _restarted_rss_mb(server)
+    finally:
+        await server.stop()
 
 
 async def _restarted_rss_mb(server: NatsServer) -> float:
@@ -397,6 +435,12 @@ def seen_markdown(bench: SeenBench) -> str:
             f"| + tasks (Nats-Msg-Id) | {m.tasks_rss_mb:.1f} | {m.bytes_per_task:.0f} per task |",
             f"| + tasks, restarted | {m.tasks_restarted_rss_mb:.1f} | "
             f"{m.bytes_per_task_restarted:.0f} per task |",
+            f"| (another server) as many messages on one subject, restarted "
+            f"| {m.one_subject_restarted_rss_mb:.1f} (empty {m.one_subject_empty_rss_mb:.1f}) "
+            f"| {m.bytes_per_message_one_subject:.0f} per message |",
+            "",
+            f"A mark's memory beyond a stored message's, nats-server's per-subject state: "
+            f"{m.bytes_per_subject:.0f} bytes.",
             "",
             f"Disk: {m.kv_disk_bytes / m.keys:.0f} bytes per mark (KV_crawl_seen), "
             f"{m.tasks_disk_bytes / m.keys:.0f} per task (CRAWL_TASKS).",
