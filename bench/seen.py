@@ -326,7 +326,8 @@ async def _spread(nc: NATS, partitions: int) -> list[str | None]:
     deadline = time.monotonic() + SPREAD_WITHIN_S
     while True:
         now = await leaders(nc, partitions)
-        if partitions == 1 or len(set(now)) == min(partitions, 3) or time.monotonic() > deadline:
+        placed = None not in now and len(set(now)) == min(partitions, 3)
+        if partitions == 1 or placed or time.monotonic() > deadline:
             return now
         await asyncio.sleep(SAMPLE_S)
 
