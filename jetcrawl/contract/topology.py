@@ -1,8 +1,10 @@
 """The JetStream topology as code: subjects, streams, consumers and buckets, declared; no I/O.
 
 :class:`Topology` holds every stream and consumer for one set of settings; the shard count is
-recorded in the ``CRAWL_TASKS`` stream's metadata. :func:`as_cli_json` renders the same definitions
-as the JSON that ``nats stream add --config`` and ``nats consumer add --config`` accept.
+recorded in the ``CRAWL_TASKS`` stream's metadata, the seen set's partition count
+(``seen_partitions``: K buckets by shard range) in its buckets'. :func:`as_cli_json` renders
+the same definitions as the JSON that ``nats stream add --config`` and ``nats consumer add
+--config`` accept.
 Every service applies them at start with :func:`jetcrawl.plumbing.topology.ensure`.
 """
 
