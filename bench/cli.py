@@ -6,6 +6,8 @@
     python -m bench results [--quick] [--records N] [--reps N] [--out DIR]
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
+    python -m bench seen [--quick] [--urls N] [--memory-keys N] [--dispatchers D] [--reps N]
+    python -m bench soak-memory [--minutes M] [--pages N] [--recrawl-after-s S] [--out DIR]
 
 The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
 ``tests/support/site/realistic.py``), runs every system ``--reps`` times (interleaved, so drift
@@ -41,7 +43,9 @@ from bench.reading import measure_reading, reading_markdown
 from bench.render import measure_render, render_markdown
 from bench.report import Report, memory_markdown
 from bench.runners import SYSTEMS, Context, RunResult, jetcrawl_env, run_system
+from bench.seen import measure_seen, seen_markdown
 from bench.siteserver import SiteServer
+from bench.soak import measure_soak, soak_markdown
 from bench.urls import measure_urls, urls_markdown
 from jetcrawl.contract.settings import DEFAULT_TRACKING_PARAMS
 from tests.support.site import realistic
@@ -115,6 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     rendering.add_argument("--pages", type=int, default=200, help="renders (default 200)")
     rendering.add_argument("--concurrency", type=int, default=2, help="at once (default 2)")
     rendering.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    seen = sub.add_parser("seen", help="the seen set: memory per key; admissions/s, K=1 and K=3")
+    seen.add_argument("--urls", type=int, help="URLs per admission run (default 200k; --quick 20k)")
+    seen.add_argument(
+        "--memory-keys", type=int, help="keys for the memory reading (default 500k; --quick 50k)"
+    )
+    seen.add_argument("--dispatchers", type=int, default=2, help="dispatchers (default 2)")
+    seen.add_argument("--reps", type=int, help="runs of each K, interleaved (default 2; --quick 1)")
+    seen.add_argument("--quick", action="store_true", help="20k URLs, 50k keys, one run each")
+    seen.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    soak = sub.add_parser("soak-memory", help="dispatcher and worker RSS over a long re-crawl")
+    soak.add_argument("--minutes", type=float, default=60.0, help="how long (default 60)")
+    soak.add_argument("--pages", type=int, default=4_000, help="site pages (default 4,000)")
+    soak.add_argument(
+        "--recrawl-after-s", type=float, default=60.0, help="a mark's lifetime (default 60)"
+    )
+    soak.add_argument("--sample-s", type=float, default=60.0, help="between samples (default 60)")
+    soak.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser
 
 
@@ -126,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         return memory_command(args)
     if args.command == "results":
         return results_command(args)
+    if args.command == "seen":
+        return seen_command(args)
+    if args.command == "soak-memory":
+        return soak_command(args)
     if args.command == "urls":
         bench = measure_urls(args.passes)
         _write_report(args.out, "urls", urls_markdown(bench), bench.to_dict())
@@ -360,6 +385,41 @@ def memory_command(args: argparse.Namespace) -> int:
         )
     )
     _write_report(args.out, "memory", memory_markdown(result), result.to_dict())
+    return 0
+
+
+def seen_command(args: argparse.Namespace) -> int:
+    urls = args.urls or (20_000 if args.quick else 200_000)
+    keys = args.memory_keys if args.memory_keys is not None else (50_000 if args.quick else 500_000)
+    reps = args.reps or (1 if args.quick else 2)
+    if (cores := _other_load(QUIET_CHECK_S)) > QUIET_CORES:
+        _say(f"warning: other processes use {cores:.2f} cores; the results will suffer")
+    _say(f"seen: {keys} keys for memory; {urls} URLs x {reps} runs of K=1 and K=3 on 3 nodes")
+    bench = run(measure_seen(urls, args.dispatchers, reps, args.out, keys))
+    _write_report(args.out, "seen", seen_markdown(bench), bench.to_dict())
+    return 0
+
+
+def soak_command(args: argparse.Namespace) -> int:
+    _say(
+        f"soak-memory: {args.minutes:g} minutes re-crawling {args.pages} pages, "
+        f"one dispatcher and one worker"
+    )
+    result = run(
+        measure_soak(
+            args.minutes,
+            args.pages,
+            args.recrawl_after_s,
+            args.sample_s,
+            args.out,
+            lambda s: _say(
+                f"minute {s.minute:g}: {s.pages} pages, cycle {s.cycles}; RSS dispatcher "
+                f"{s.dispatcher_rss_mb:.0f} MB, worker {s.worker_rss_mb:.0f} MB, "
+                f"nats-server {s.nats_rss_mb:.0f} MB"
+            ),
+        )
+    )
+    _write_report(args.out, "soak-memory", soak_markdown(result), result.to_dict())
     return 0
 
 

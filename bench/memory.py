@@ -35,7 +35,7 @@ from jetcrawl.contract.topology import (
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.bus import Outbox, Outgoing, PublishFailed, connect
 
-__all__ = ["Checkpoint", "MemoryResult", "measure_memory"]
+__all__ = ["Checkpoint", "MemoryResult", "measure_memory", "topology_ready"]
 
 PER_MESSAGE = 32  # URLs per seed message: about a page's worth of new links
 PUBLISH_BATCH = 256  # messages per pipelined publish
@@ -108,7 +108,7 @@ async def measure_memory(
                 result = MemoryResult(urls, Settings().dedupe_cache_size)
                 dispatcher = await _spawn_dispatcher(server.url, Path(tmp), work_dir)
                 try:
-                    await _topology_ready(js, dispatcher)
+                    await topology_ready(js, dispatcher)
                     await _run(js, Outbox(nc), dispatcher.pid, server.pid, result, progress)
                 finally:
                     if dispatcher.returncode is None:
@@ -135,7 +135,7 @@ async def _spawn_dispatcher(nats_url: str, cwd: Path, log_dir: Path) -> asyncio.
         log.close()  # the child has its own descriptor
 
 
-async def _topology_ready(js: JetStreamContext, dispatcher: asyncio.subprocess.Process) -> None:
+async def topology_ready(js: JetStreamContext, dispatcher: asyncio.subprocess.Process) -> None:
     """Wait until the dispatcher has created the topology (its own version of it)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:

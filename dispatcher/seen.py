@@ -1,5 +1,9 @@
 """The seen set: KV bucket ``crawl_seen``, first writer wins, behind a bounded in-memory cache.
 
+With ``seen_partitions`` K > 1 it is K buckets ``crawl_seen_<p>``, each holding the marks of a
+range of shards (K streams, K Raft groups: their leaders spread over the cluster); the caller says
+which partition each key is in (``partition_of``), and the rest is the same per bucket.
+
 A URL is admitted by creating its fingerprint key; the value is the stream sequence of the frontier
 message that admitted it, and the key's revision tells this crawl of the URL from a later one (with
 ``recrawl_after_s`` a mark carries a per-message TTL; once it has expired the URL can be admitted
@@ -23,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from jetcrawl.contract.errors import JetcrawlError
-from jetcrawl.contract.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+from jetcrawl.contract.topology import seen_stream, seen_subject_prefix
 from jetcrawl.plumbing.bus import EXPECTED_LAST_SUBJECT_SEQ, TTL, Outbox, Outgoing, PublishFailed
 
 WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
@@ -56,10 +60,17 @@ UNKNOWN = Mark(UNKNOWN_ORIGIN, 0)
 
 class SeenSet:
     def __init__(
-        self, outbox: Outbox, js: JetStreamContext, cache_size: int, ttl_s: float = 0.0
+        self,
+        outbox: Outbox,
+        js: JetStreamContext,
+        cache_size: int,
+        ttl_s: float = 0.0,
+        partitions: int = 1,
     ) -> None:
         self._outbox = outbox
         self._js = js
+        self._streams = [seen_stream(p, partitions) for p in range(partitions)]
+        self._prefixes = [seen_subject_prefix(p, partitions) for p in range(partitions)]
         self._ttl_s = ttl_s
         self._ttl_header = {TTL: str(max(1, round(ttl_s)))} if ttl_s > 0 else {}
         # fp -> (mark, monotonic time it stops being trusted: the mark's expiry, if any)
@@ -81,17 +92,22 @@ class SeenSet:
         return mark
 
     async def create(
-        self, marks: list[tuple[str, int]], ttls: Mapping[str, float] | None = None
+        self,
+        marks: list[tuple[str, int]],
+        ttls: Mapping[str, float] | None = None,
+        partition_of: Mapping[str, int] | None = None,
     ) -> list[Mark | None]:
         """Try to create each ``(fp, origin_seq)``: the new mark, or None where it existed.
-        ``ttls``: a mark's own lifetime in seconds (its job spec's ``recrawl_after_s``)."""
+        ``ttls``: a mark's own lifetime in seconds (its job spec's ``recrawl_after_s``);
+        ``partition_of``: a key's partition (0 if absent)."""
         if not marks:
             return []
         ttls = ttls or {}
+        where = partition_of or {}
         acks = await self._outbox.send(
             [
                 Outgoing(
-                    f"{SEEN_SUBJECT_PREFIX}{fp}",
+                    f"{self._prefixes[where.get(fp, 0)]}{fp}",
                     str(origin).encode(),
                     {EXPECTED_LAST_SUBJECT_SEQ: "0", **self._ttl_header_of(ttls.get(fp))},
                 )
@@ -110,10 +126,10 @@ class SeenSet:
                 self.stats.known_remote += 1
                 created.append(None)
             else:
-                raise SeenSetUnavailable(f"crawl_seen create failed: {ack}") from ack
+                raise SeenSetUnavailable(f"seen set create failed: {ack}") from ack
         return created
 
-    async def read(self, fp: str, ttl_s: float | None = None) -> Mark:
+    async def read(self, fp: str, ttl_s: float | None = None, partition: int = 0) -> Mark:
         """The stored mark of ``fp``, whose create the bucket has just rejected as existing
         (``UNKNOWN`` if its value is not an origin sequence).
 
@@ -122,13 +138,14 @@ class SeenSet:
         A mark missing after its create was rejected (a stale answer, or its TTL ran out since)
         decides nothing, so it raises ``SeenSetUnavailable`` and the batch is tried again.
         """
+        stream = self._streams[partition]
         try:
-            msg = await self._js.get_msg(SEEN_STREAM, subject=f"{SEEN_SUBJECT_PREFIX}{fp}")
+            msg = await self._js.get_msg(stream, subject=f"{self._prefixes[partition]}{fp}")
             self.stats.read_back += 1
         except NotFoundError:
-            raise SeenSetUnavailable(f"crawl_seen has no mark {fp} after rejecting it") from None
+            raise SeenSetUnavailable(f"{stream} has no mark {fp} after rejecting it") from None
         except (TimeoutError, NatsError) as e:  # also no responders, no stream leader
-            raise SeenSetUnavailable(f"crawl_seen get {fp} failed: {e!r}") from e
+            raise SeenSetUnavailable(f"{stream} get {fp} failed: {e!r}") from e
         try:
             mark = Mark(int(msg.data or b"0"), msg.seq or 0)
         except ValueError:

@@ -53,6 +53,7 @@ from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     JOBS_BUCKET,
+    seen_partition,
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
@@ -69,6 +70,7 @@ from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, conne
 from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
+from jetcrawl.plumbing.seenleaders import spread_seen_leaders
 from jetcrawl.plumbing.specs import SpecStore, SpecWatch
 from jetcrawl.plumbing.topology import ensure
 
@@ -156,9 +158,15 @@ class Dispatcher:
         self._nc = await connect(self._settings, "jetcrawl-dispatcher")
         self._js = self._nc.jetstream()
         await ensure(self._js, self._settings)
+        if self._settings.create_topology:  # else the admin's `jetcrawl topology --apply` does
+            await spread_seen_leaders(self._nc, self._settings.seen_partitions)
         self._outbox = Outbox(self._nc, propagate=self._tracing.enabled)
         self._seen = SeenSet(
-            self._outbox, self._js, self._settings.dedupe_cache_size, self._settings.recrawl_after_s
+            self._outbox,
+            self._js,
+            self._settings.dedupe_cache_size,
+            self._settings.recrawl_after_s,
+            self._settings.seen_partitions,
         )
         jobs = await self._js.key_value(JOBS_BUCKET)
         self._quota = AdmissionQuota(jobs, self._settings.max_pages)
@@ -375,7 +383,8 @@ class Dispatcher:
                 self.stats.over_limit += len(keys) - granted_by_job[job]
         granted_by_host = await self._reserve_hosts(c)
         ttls = self._recrawl_ttls(c)
-        made = await seen.create(list(c.to_create.items()), ttls)
+        where = self._seen_partitions(c)
+        made = await seen.create(list(c.to_create.items()), ttls, where)
         created: dict[str, Mark] = {}
         for key, mark in zip(c.to_create, made, strict=True):
             if mark is None:
@@ -385,7 +394,7 @@ class Dispatcher:
         await self._give_back(granted_by_job, granted_by_host, c, created)
         # On redelivery, a mark that carries this message's sequence may lack its task.
         for key in unknown_origins(c, owned):
-            c.known[key] = await seen.read(key, ttls.get(key))
+            c.known[key] = await seen.read(key, ttls.get(key), where.get(key, 0))
         decision = decide(
             c,
             seqs,
@@ -458,6 +467,20 @@ class Dispatcher:
     def _recrawl_s(self, job: str) -> float | None:
         spec = self._spec(job)
         return spec.recrawl_after_s if spec is not None else None
+
+    def _seen_partitions(self, c: Candidates) -> dict[str, int]:
+        """Each key's seen-set partition, by its host's shard ({} with one partition)."""
+        k, shards = self._settings.seen_partitions, self._settings.shards
+        if k == 1:
+            return {}
+        by_host: dict[str, int] = {}  # a batch's links share few hosts
+        where: dict[str, int] = {}
+        for _, task, key in c.pairs:
+            host = host_of(task.url)
+            if (p := by_host.get(host)) is None:
+                p = by_host[host] = seen_partition(shard_of(host, shards), shards, k)
+            where[key] = p
+        return where
 
     def _recrawl_ttls(self, c: Candidates) -> dict[str, float]:
         """The seen marks' own lifetimes: of the keys whose job spec says re-crawl."""

@@ -40,6 +40,18 @@ class ShardCountMismatch(TopologyError):
         self.wanted = wanted
 
 
+class SeenPartitionsMismatch(TopologyError):
+    def __init__(self, existing: int, wanted: int) -> None:
+        super().__init__(
+            f"the seen set was created with {existing} partition(s) but this service was started "
+            f"with seen_partitions={wanted}; a URL's mark would be looked for in the wrong bucket "
+            f"(start with JETCRAWL_SEEN_PARTITIONS={existing}, or delete the KV_crawl_seen* "
+            "streams to start over)"
+        )
+        self.existing = existing
+        self.wanted = wanted
+
+
 class TopologyUnavailable(TopologyError):
     """JetStream refused a change for now: no leader, or too few peers online to place the
     replicas (a cluster still forming, a node restarting). Retrying can succeed; nothing was

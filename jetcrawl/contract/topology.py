@@ -1,8 +1,10 @@
 """The JetStream topology as code: subjects, streams, consumers and buckets, declared; no I/O.
 
 :class:`Topology` holds every stream and consumer for one set of settings; the shard count is
-recorded in the ``CRAWL_TASKS`` stream's metadata. :func:`as_cli_json` renders the same definitions
-as the JSON that ``nats stream add --config`` and ``nats consumer add --config`` accept.
+recorded in the ``CRAWL_TASKS`` stream's metadata, the seen set's partition count
+(``seen_partitions``: K buckets by shard range) in its buckets'. :func:`as_cli_json` renders
+the same definitions as the JSON that ``nats stream add --config`` and ``nats consumer add
+--config`` accept.
 Every service applies them at start with :func:`jetcrawl.plumbing.topology.ensure`.
 """
 
@@ -49,7 +51,7 @@ ADVISORIES_STREAM = "CRAWL_ADVISORIES"
 DISPATCH_CONSUMER = "dispatch"
 POISON_CONSUMER = "poison"
 ADVISORIES_MAX_AGE_S = 7 * 24 * 3600.0
-SEEN_BUCKET = "crawl_seen"
+SEEN_BUCKET = "crawl_seen"  # the seen set when it has one partition (seen_partitions=1)
 SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
 JOBS_BUCKET = "crawl_jobs"
@@ -69,6 +71,7 @@ BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
+SEEN_PARTITIONS_METADATA_KEY = "jetcrawl_seen_partitions"
 
 
 def task_subject(shard: int, level: int = DEFAULT_PRIORITY, job: str = DEFAULT_JOB) -> str:
@@ -130,6 +133,30 @@ def lane_config(settings: Settings, shard: int, level: int, job: str) -> Consume
     )
 
 
+def seen_bucket(partition: int, partitions: int) -> str:
+    """The KV bucket of one seen-set partition: ``crawl_seen`` alone, else ``crawl_seen_<p>``."""
+    return SEEN_BUCKET if partitions == 1 else f"{SEEN_BUCKET}_{partition}"
+
+
+def seen_stream(partition: int, partitions: int) -> str:
+    return f"KV_{seen_bucket(partition, partitions)}"
+
+
+def seen_subject_prefix(partition: int, partitions: int) -> str:
+    return f"$KV.{seen_bucket(partition, partitions)}."
+
+
+def seen_streams(partitions: int) -> list[str]:
+    """Every stream of the seen set, partition 0 first."""
+    return [seen_stream(p, partitions) for p in range(partitions)]
+
+
+def seen_partition(shard: int, shards: int, partitions: int) -> int:
+    """The partition holding the marks of a shard's URLs: contiguous shard ranges, so a
+    partition's URLs are those of a fixed set of hosts (their tasks' shards)."""
+    return shard * partitions // shards
+
+
 # StreamConfig fields every KV bucket's stream has (history 1), as nats-py's create_key_value
 # makes them; and those of the object store, as its create_object_store does.
 _KV = {
@@ -182,8 +209,8 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
         (ADVISORIES_STREAM, list(MAX_DELIVERIES_ADVISORIES), work,
          "max-deliveries advisories: poison tasks, unadmitted frontier input",
          {"max_age": ADVISORIES_MAX_AGE_S}),
-        # A mark may expire: re-crawl (recrawl_after_s).
-        _kv(SEEN_BUCKET, "URL fingerprint -> admitting frontier sequence", allow_msg_ttl=True),
+        # A mark may expire: re-crawl (recrawl_after_s). One bucket per partition.
+        *_seen(settings),
         _kv(VALIDATORS_BUCKET, "ETag and Last-Modified for re-crawls"),
         # Page bodies, when kept (gzip-compressed by jetcrawl.plumbing.bodies).
         (BODIES_STREAM, [f"$O.{BODIES_BUCKET}.C.>", f"$O.{BODIES_BUCKET}.M.>"], limits,
@@ -196,6 +223,24 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
         _kv(WORKERS_BUCKET, "worker id -> its latest report (waiting room, hand-backs)",
             max_age=WORKER_REPORTS_MAX_AGE_S),
     )  # fmt: skip
+
+
+def _seen(settings: Settings) -> list[_Stream]:
+    """The seen set's streams: the one bucket as ever, or K recording their count."""
+    k = settings.seen_partitions
+    holds = "URL fingerprint -> admitting frontier sequence"
+    if k == 1:
+        return [_kv(SEEN_BUCKET, holds, allow_msg_ttl=True)]
+    return [
+        _kv(seen_bucket(p, k), f"{holds}, of shards {_shard_range(p, k, settings.shards)}",
+            allow_msg_ttl=True, metadata={SEEN_PARTITIONS_METADATA_KEY: str(k)})
+        for p in range(k)
+    ]  # fmt: skip
+
+
+def _shard_range(partition: int, partitions: int, shards: int) -> str:
+    mine = [s for s in range(shards) if seen_partition(s, shards, partitions) == partition]
+    return f"{mine[0]}-{mine[-1]}"
 
 
 def _kv(bucket: str, holds: str, *, max_age: float | None = None, **extras: Any) -> _Stream:

@@ -2,7 +2,8 @@
 declares before it starts.
 
 :func:`ensure` creates what is missing and updates what drifted, and refuses to run against a
-topology made with another shard count (recorded in the ``CRAWL_TASKS`` stream's metadata); with
+topology made with another shard count (recorded in the ``CRAWL_TASKS`` stream's metadata) or
+another seen-set partition count (the buckets' names and metadata); with
 ``create_topology`` off it only :func:`verify`-ies. While JetStream cannot take it yet (no leader,
 replicas not placeable) it tries again with backoff for ``topology_wait_s``.
 """
@@ -21,18 +22,26 @@ from nats.js.api import ConsumerInfo, StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from jetcrawl.contract.errors import ShardCountMismatch, TopologyError, TopologyUnavailable
+from jetcrawl.contract.errors import (
+    SeenPartitionsMismatch,
+    ShardCountMismatch,
+    TopologyError,
+    TopologyUnavailable,
+)
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
-    SEEN_BUCKET,
+    SEEN_PARTITIONS_METADATA_KEY,
+    SEEN_STREAM,
     SHARDS_METADATA_KEY,
     TASKS_STREAM,
     Topology,
     declared,
+    seen_bucket,
+    seen_stream,
 )
 from jetcrawl.plumbing.backoff import backoff_s
 
-__all__ = ["check_shard_count", "ensure", "verify"]
+__all__ = ["check_seen_partitions", "check_shard_count", "ensure", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +58,8 @@ _RETRY_MAX_S = 5.0
 
 
 async def ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """Create or update the topology; return the seen bucket. Raises :class:`TopologyError`.
+    """Create or update the topology; return the seen set's first bucket. Raises
+    :class:`TopologyError`.
 
     While JetStream cannot take it yet (it has no leader, or cannot place the replicas: a
     cluster forming or electing, a node restarting; requests time out meanwhile), it tries again,
@@ -89,12 +99,14 @@ async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
     topology = Topology.from_settings(settings)
     if not settings.create_topology:
         await check_shard_count(js, settings.shards)
+        await check_seen_partitions(js, settings.seen_partitions)
         await verify(js, topology)
-        return await js.key_value(SEEN_BUCKET)
+        return await js.key_value(seen_bucket(0, settings.seen_partitions))
     streams = {info.config.name: info for info in await _listed(js.streams_info)}
     tasks = streams.get(TASKS_STREAM)
     if tasks is not None:
         _check_shards(tasks, settings.shards)
+    await check_seen_partitions(js, settings.seen_partitions)
     for stream in topology.streams:
         have = streams.get(stream.name)
         if have is None:
@@ -119,7 +131,7 @@ async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
                 e,
                 consumer.num_replicas or settings.replicas,
             ) from e
-    return await js.key_value(SEEN_BUCKET)
+    return await js.key_value(seen_bucket(0, settings.seen_partitions))
 
 
 async def _listed(page: Callable[[int], Awaitable[list[T]]]) -> list[T]:
@@ -136,6 +148,23 @@ async def check_shard_count(js: JetStreamContext, shards: int) -> None:
     except NotFoundError:
         return
     _check_shards(info, shards)
+
+
+async def check_seen_partitions(js: JetStreamContext, partitions: int) -> None:
+    """Refuse a seen set made with another partition count: a URL's mark would be looked for in
+    another bucket than the one holding it, and the URL admitted again. One partition is the
+    bucket ``crawl_seen``; K > 1 are ``crawl_seen_<p>``, each recording K in its metadata."""
+    mine = seen_stream(0, partitions)
+    other = SEEN_STREAM if partitions > 1 else seen_stream(0, 2)
+    for name in (mine, other):
+        try:
+            info = await js.stream_info(name)
+        except NotFoundError:
+            continue
+        recorded = (info.config.metadata or {}).get(SEEN_PARTITIONS_METADATA_KEY)
+        existing = 1 if name == SEEN_STREAM else int(recorded or 0)
+        if existing != partitions:
+            raise SeenPartitionsMismatch(existing=existing, wanted=partitions)
 
 
 def _check_shards(info: StreamInfo, shards: int) -> None:

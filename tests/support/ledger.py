@@ -25,12 +25,12 @@ from jetcrawl.contract.topology import (
     DEAD_STREAM,
     RESULTS_PREFIX,
     RESULTS_STREAM,
-    SEEN_STREAM,
-    SEEN_SUBJECT_PREFIX,
     TASKS_PREFIX,
     TASKS_STREAM,
     lane_consumer,
     lane_of,
+    seen_stream,
+    seen_subject_prefix,
 )
 from jetcrawl.contract.urls import fingerprint
 from tests.support.streams import seen_keys, stored
@@ -76,9 +76,9 @@ class Ledger:
         )
 
 
-async def read_ledger(js: JetStreamContext) -> Ledger:
+async def read_ledger(js: JetStreamContext, seen_partitions: int = 1) -> Ledger:
     """The ledger as the streams hold it now (call it once the crawl is drained)."""
-    admitted = frozenset(await seen_keys(js))
+    admitted = frozenset(await seen_keys(js, seen_partitions))
     records: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     for message in await stored(js, RESULTS_STREAM):
@@ -117,7 +117,12 @@ class Tap:
         self.results[admitted_key(Result.from_wire(msg.data))] += 1
 
     async def explain(
-        self, js: JetStreamContext, keys: Iterable[str], logs: dict[str, str], most: int = 10
+        self,
+        js: JetStreamContext,
+        keys: Iterable[str],
+        logs: dict[str, str],
+        most: int = 10,
+        seen_partitions: int = 1,
     ) -> str:
         """For each of ``keys`` (lost ones): its URL, its seen mark, what the tap saw of its
         task and result, and the service log lines that name it."""
@@ -129,11 +134,18 @@ class Tap:
             lines.append(f"{TASKS_STREAM} unread: {e!r}")
         for key in sorted(keys)[:most]:
             url = self.urls.get(key, "?")
-            try:
-                mark = await js.get_msg(SEEN_STREAM, subject=f"{SEEN_SUBJECT_PREFIX}{key}")
-                origin = f"origin {(mark.data or b'').decode()} revision {mark.seq}"
-            except NatsError as e:
-                origin = f"mark unread: {e!r}"
+            origin = "mark unread"
+            for p in range(seen_partitions):
+                stream, prefix = (
+                    seen_stream(p, seen_partitions),
+                    seen_subject_prefix(p, seen_partitions),
+                )
+                try:
+                    mark = await js.get_msg(stream, subject=f"{prefix}{key}")
+                    origin = f"origin {(mark.data or b'').decode()} revision {mark.seq} in {stream}"
+                    break
+                except NatsError as e:
+                    origin = f"mark unread: {e!r}"
             lines.append(
                 f"{key} {url}: {origin}; task sent {self.tasks[key]}x, "
                 f"result sent {self.results[key]}x"

@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamConfig, StreamInfo
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 
-from jetcrawl.contract.topology import SEEN_STREAM, SEEN_SUBJECT_PREFIX
+from jetcrawl.contract.topology import seen_stream, seen_subject_prefix
 
 T = TypeVar("T")
 
@@ -43,10 +43,15 @@ async def stored(js: JetStreamContext, stream: str) -> list[Stored]:
     return out
 
 
-async def seen_keys(js: JetStreamContext) -> set[str]:
-    """The fingerprints in KV crawl_seen (read from the stream's subjects: no watcher race)."""
-    info = await js.stream_info(SEEN_STREAM, subjects_filter=f"{SEEN_SUBJECT_PREFIX}>")
-    return {subject[len(SEEN_SUBJECT_PREFIX) :] for subject in (info.state.subjects or {})}
+async def seen_keys(js: JetStreamContext, partitions: int = 1) -> set[str]:
+    """The fingerprints in the seen set, over its ``partitions`` buckets (KV crawl_seen alone by
+    default), read from the streams' subjects: no watcher race."""
+    keys: set[str] = set()
+    for p in range(partitions):
+        prefix = seen_subject_prefix(p, partitions)
+        info = await js.stream_info(seen_stream(p, partitions), subjects_filter=f"{prefix}>")
+        keys |= {subject[len(prefix) :] for subject in (info.state.subjects or {})}
+    return keys
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:
