@@ -675,13 +675,13 @@ class TaskProcessor:
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
         self.unpublished.stored(seq)  # before the ack: a copy delivered from now on is acked too
+        if links is not None:  # stored: its tasks may reach this worker before the ack returns
+            self._sent.sent(links.lineage, links.depth, links.links)
         await self._outbox.ack(msg)
         self._first_tried.pop(seq, None)
         self.stats.tasks += 1
         self.tally.result(task.lineage.job, result.outcome)
         self._telemetry.finished(result)
-        if links is not None:  # counted as published by the discovered outbox
-            self._sent.sent(links.lineage, links.depth, links.links)
         if letter is not None:
             self.stats.dead_letters += 1
         if outputs:

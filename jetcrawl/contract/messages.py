@@ -166,7 +166,10 @@ class Lineage:
     scope: str
     root: str  # the scope's anchor: the seed's host, its registered domain, or "" for "any"
     max_depth: int
-    priority: int | None = None  # the seed's level, if it gave one: its descendants' too
+    # The seed's level, if it gave one: its descendants' too. Not part of equality: a link found
+    # under two levels of one crawl is one link to send (worker/sent.py, worker/discovered.py);
+    # the first admitted keeps its level.
+    priority: int | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         wire = {
