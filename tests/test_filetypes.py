@@ -17,7 +17,6 @@ from jetcrawl.contract.filetypes import (
     extension_rule,
     has_extension,
     media_types,
-    url_path,
 )
 from jetcrawl.contract.messages import Discovered, Lineage
 from jetcrawl.contract.settings import Settings
@@ -61,6 +60,10 @@ def scrapy_skips(url: str) -> bool:
         ("https://a.example/files.pdf/", True),  # a directory named so
         ("https://a.example/fonts/x.woff2", False),
         ("https://a.example/style.css", False),  # an <a> to a stylesheet, as Scrapy
+        ("https://a.example/x.pdf#top", False),
+        ("https://a.example/a#b.pdf", True),  # nor is the fragment
+        ("https://a.example?next=/x.pdf", True),  # no path at all
+        ("https://files.example", True),
     ],
 )
 def test_the_default_rule_skips_the_ignored_extensions(url: str, followed: bool) -> None:
@@ -71,19 +74,17 @@ def test_the_default_rule_skips_the_ignored_extensions(url: str, followed: bool)
 def test_the_default_rule_is_scrapys_over_a_large_url_corpus() -> None:
     urls = canonical_corpus()
     assert len(urls) > 5000
-    differ = [url for url in urls if DEFAULT.follows(url) == scrapy_skips(url)]
-    assert not differ, differ[:5]
+    for _ in range(2):  # worked out, then remembered
+        differ = [url for url in urls if DEFAULT.follows(url) == scrapy_skips(url)]
+        assert not differ, differ[:5]
     assert sum(map(scrapy_skips, urls)) > 10, "the corpus has links the rule skips"
 
 
-def test_the_path_and_extension_are_those_urllib_and_posixpath_find() -> None:
+def test_the_extension_is_the_one_posixpath_finds() -> None:
     for url in canonical_corpus():
         path = urlsplit(url).path
-        assert url_path(url) == path, url
         extension = posixpath.splitext(path.rsplit("/", 1)[-1])[1]
         assert has_extension(path) == (len(extension) > 1), url
-    assert url_path("https://a.example") == ""
-    assert url_path("https://a.example/x.pdf#top") == "/x.pdf"
     assert [has_extension(p) for p in ("/.htaccess", "/a.", "/..a", "/.a.b")] == [0, 0, 0, 1]
 
 

@@ -8,7 +8,7 @@ from nats.js import JetStreamContext
 
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.metrics import WorkerMetrics
-from jetcrawl.worker.softblock import soft_block
+from jetcrawl.worker.softblock import CHALLENGE_MARKERS, TINY_BODY_BYTES, soft_block
 from tests.support.badsite import BadSite
 from tests.test_good_citizen import crawling, drained, page, results, seed, settings_for
 
@@ -63,6 +63,18 @@ ARTICLE_ABOUT_CAPTCHAS = (
 )
 def test_the_signals(status: int, body: bytes, redirect_to: str | None, signal: str | None) -> None:
     assert soft_block(status, body, redirect_to) == signal
+
+
+@pytest.mark.parametrize("marker", CHALLENGE_MARKERS)
+def test_every_marker_is_found_in_any_case_beside_the_words_inside_it(marker: bytes) -> None:
+    # one pass finds every needle: a marker that holds a challenge word ("g-recaptcha" holds
+    # "captcha"), or follows one, is still a marker, in a page too big to be a tiny challenge
+    filler = b"<p>" + b"plain words " * (TINY_BODY_BYTES // 12) + b"</p>"
+    body = (
+        b"<html><body><p>captcha password " + marker.upper() + b"</p>" + filler + b"</body></html>"
+    )
+    assert soft_block(200, body, None) == "challenge_marker"
+    assert soft_block(200, body.replace(marker.upper(), b"nothing"), None) is None
 
 
 async def test_a_bot_wall_is_recorded_as_blocked_and_not_crawled_further(

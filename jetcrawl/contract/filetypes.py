@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "extension_rule",
     "has_extension",
     "media_types",
-    "url_path",
 ]
 
 # Scrapy's scrapy.linkextractors.IGNORED_EXTENSIONS (2.18, in its order), which Scrapy
@@ -59,21 +58,9 @@ IGNORED_EXTENSIONS: tuple[str, ...] = (
 )
 # An extension as specs and settings write it: no leading dot, dots only between ("tar.gz").
 EXTENSION_RE = re.compile(r"^[a-z0-9]{1,16}(?:\.[a-z0-9]{1,16}){0,2}$")
+_KNOWN_URLS = 10_000  # answers an ExtensionRule keeps (all dropped at once at this many)
 # A media type as content_types write it: lowercase, or "type/*", or "*/*".
 MEDIA_TYPE_RE = re.compile(r"^(?:\*/\*|[a-z0-9!#$&^_.+-]+/(?:\*|[a-z0-9!#$&^_.+-]+))$")
-
-
-def url_path(url: str) -> str:
-    """The path of an absolute http(s) ``url`` as written (no query, no fragment); "" if none."""
-    start = url.find("/", url.find("://") + 3)
-    if start < 0:
-        return ""
-    end = len(url)
-    for mark in ("?", "#"):
-        at = url.find(mark, start, end)
-        if at >= 0:
-            end = at
-    return url[start:end]
 
 
 def has_extension(path: str) -> bool:
@@ -91,18 +78,34 @@ class ExtensionRule:
     allow: frozenset[str] = frozenset()  # not empty: a path with an extension must end in one
     deny: frozenset[str] = frozenset()  # a path ending in "." + one of these is never followed
 
+    # answers by URL: pages repeat their links (navigation), and working one out again costs
+    # several times the lookup
+    _known: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+
     def follows(self, url: str) -> bool:
         """Whether a link to ``url`` is followed: its lowercase path does not end in ``.`` and a
         denied extension (deny wins) and, with an allow list, has no extension or an allowed
         one. A path without an extension (``/``, ``/products/42``) is a page."""
         if not self.deny and not self.allow:
             return True
-        path = url_path(url)
-        segment = path[path.rfind("/") + 1 :]
-        if "." not in segment:  # most pages: nothing can match
-            return True
+        known = self._known.get(url)
+        if known is None:
+            if len(self._known) >= _KNOWN_URLS:
+                self._known.clear()
+            known = self._known[url] = self._decide(url)
+        return known
+
+    def _decide(self, url: str) -> bool:
+        end = len(url)
+        for mark in ("?", "#"):
+            at = url.find(mark, 0, end)
+            if at >= 0:
+                end = at
+        slash = url.rfind("/", 0, end)
+        if slash < url.find("://") + 3 or url.find(".", slash, end) < 0:
+            return True  # no path, or most pages: a last segment without a dot
+        segment = url[slash + 1 : end].lower()
         # every ending after a dot: "tar.gz" and "gz" of "src.tar.gz", as endswith would match
-        segment = segment.lower()
         endings = []
         dot = segment.find(".")
         while dot >= 0:
