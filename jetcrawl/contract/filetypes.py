@@ -58,9 +58,9 @@ IGNORED_EXTENSIONS: tuple[str, ...] = (
 )
 # An extension as specs and settings write it: no leading dot, dots only between ("tar.gz").
 EXTENSION_RE = re.compile(r"^[a-z0-9]{1,16}(?:\.[a-z0-9]{1,16}){0,2}$")
-_KNOWN_URLS = 10_000  # answers an ExtensionRule keeps (all dropped at once at this many)
 # A media type as content_types write it: lowercase, or "type/*", or "*/*".
 MEDIA_TYPE_RE = re.compile(r"^(?:\*/\*|[a-z0-9!#$&^_.+-]+/(?:\*|[a-z0-9!#$&^_.+-]+))$")
+_KNOWN_URLS = 10_000  # answers an ExtensionRule keeps (all dropped at once at this many)
 
 
 def has_extension(path: str) -> bool:
