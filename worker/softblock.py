@@ -50,7 +50,7 @@ _CHALLENGE_PATH = re.compile(r"/(cdn-cgi/challenge-platform|captcha|challenge)(/
 _LOGIN_PATH = re.compile(r"/(login|signin|sign-in|auth)(/|$|\.)", re.I)
 _RETURN_PARAMS = frozenset({"next", "return", "returnurl", "return_to", "redirect", "continue"})
 _CHALLENGE_WORDS: Final = (b"challenge", b"captcha", b"jschl", b"bot-detect")
-_CHALLENGE_WORDS_RE = re.compile(rb"challenge|captcha|jschl|bot-detect", re.I)
+_CHALLENGE_WORDS_RE = re.compile(b"|".join(map(re.escape, _CHALLENGE_WORDS)), re.I)
 _PASSWORD_FIELD = re.compile(rb"""type\s*=\s*["']?password""")
 SCAN_BYTES = 64 * 1024  # markers and password fields are looked for in the first 64 KiB
 # Every needle of the byte scan, found in one pass over the lowercased bytes (Aho-Corasick: a
@@ -58,9 +58,9 @@ SCAN_BYTES = 64 * 1024  # markers and password fields are looked for in the firs
 # page; twenty substring searches cost ~4x this pass). Overlapping, so a word inside a marker
 # ("captcha" in "g-recaptcha") is found too.
 _NEEDLES: Final = (*CHALLENGE_MARKERS, *_CHALLENGE_WORDS, b"password")
-_MARKER_IDS: Final = range(len(CHALLENGE_MARKERS))
-_WORD_IDS: Final = range(len(CHALLENGE_MARKERS), len(CHALLENGE_MARKERS) + len(_CHALLENGE_WORDS))
 _PASSWORD_ID: Final = len(_NEEDLES) - 1
+_MARKER_IDS: Final = range(len(CHALLENGE_MARKERS))
+_WORD_IDS: Final = range(len(CHALLENGE_MARKERS), _PASSWORD_ID)
 _SCAN: Final = BytesAhoCorasick(list(_NEEDLES), implementation=Implementation.DFA)
 
 
