@@ -581,7 +581,7 @@ class TaskProcessor:
     def _wanted(self, job: str, links: tuple[str, ...]) -> tuple[str, ...]:
         """``links`` without those whose extension the job skips: the dispatcher would refuse
         them (jetcrawl.dispatcher.jobrules), so they are not sent at all."""
-        follows = self._extension_rule(job).follows
+        follows = self._extension_rule(job).follows_again
         kept = tuple(link for link in links if follows(link))
         self.stats.links_skipped += len(links) - len(kept)
         return kept

@@ -78,14 +78,19 @@ class ExtensionRule:
     allow: frozenset[str] = frozenset()  # not empty: a path with an extension must end in one
     deny: frozenset[str] = frozenset()  # a path ending in "." + one of these is never followed
 
-    # answers by URL: pages repeat their links (navigation), and working one out again costs
-    # several times the lookup
+    # answers by URL, for follows_again: a worker meets the same links on page after page
     _known: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def follows(self, url: str) -> bool:
         """Whether a link to ``url`` is followed: its lowercase path does not end in ``.`` and a
         denied extension (deny wins) and, with an allow list, has no extension or an allowed
         one. A path without an extension (``/``, ``/products/42``) is a page."""
+        return (not self.deny and not self.allow) or self._decide(url)
+
+    def follows_again(self, url: str) -> bool:
+        """``follows``, remembering the answer: for a caller that asks about the same URLs
+        again and again (the skipped links of a site's pages), where working one out again
+        costs several times the lookup. Mostly new URLs (admission) should ask ``follows``."""
         if not self.deny and not self.allow:
             return True
         known = self._known.get(url)
