@@ -572,11 +572,14 @@ class TaskProcessor:
                     if link != task.url and in_scope(link, lineage.scope, lineage.root)
                 )
             )
-        links = self._wanted(lineage.job, links)
+        # Most links were sent before, and a skipped one never is: asking the memory first
+        # leaves the extension rule the few links that are new to this worker.
+        found = self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
+        links = self._wanted(lineage.job, found.links) if found is not None else ()
         if not links:
             return None
         given = {link: levels[link] for link in links if link in levels} if levels else {}
-        return self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links, given))
+        return Discovered(task.url, task.fp, task.depth + 1, lineage, links, given)
 
     def _wanted(self, job: str, links: tuple[str, ...]) -> tuple[str, ...]:
         """``links`` without those whose extension the job skips: the dispatcher would refuse
