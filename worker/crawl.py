@@ -44,7 +44,7 @@ from jetcrawl.contract.deadletters import (
 )
 from jetcrawl.contract.errors import MessageError
 from jetcrawl.contract.filetypes import ExtensionRule, extension_rule, media_types
-from jetcrawl.contract.messages import Discovered, Failure, Result, Task, WaitingOn
+from jetcrawl.contract.messages import Discovered, Failure, Lineage, Result, Task, WaitingOn
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import ITEMS_PREFIX, dead_subject, result_subject
 from jetcrawl.contract.urls import SCOPE_ANY, LinkCanonicalizer, UrlRules, host_of, in_scope
@@ -552,9 +552,8 @@ class TaskProcessor:
             # the dispatcher filters it as a link unless the source is a seed (depth 0)
             if task.depth > 0 and not self._wanted(lineage.job, (fetched.location,)):
                 return None
-            return self._unsent(
-                Discovered(task.url, task.fp, task.depth, lineage, (fetched.location,))
-            )
+            target = self._unsent(lineage, task.depth, (fetched.location,))
+            return Discovered(task.url, task.fp, task.depth, lineage, target) if target else None
         if task.depth + 1 > lineage.max_depth:
             return None
         if page is not None and fetched.final_url == task.url and lineage.scope == SCOPE_ANY:
@@ -574,8 +573,7 @@ class TaskProcessor:
             )
         # Most links were sent before, and a skipped one never is: asking the memory first
         # leaves the extension rule the few links that are new to this worker.
-        found = self._unsent(Discovered(task.url, task.fp, task.depth + 1, lineage, links))
-        links = self._wanted(lineage.job, found.links) if found is not None else ()
+        links = self._wanted(lineage.job, self._unsent(lineage, task.depth + 1, links))
         if not links:
             return None
         given = {link: levels[link] for link in links if link in levels} if levels else {}
@@ -595,18 +593,16 @@ class TaskProcessor:
             return self._default_extensions
         return compiled.spec.extensions(self._settings.ignored_extensions)
 
-    def _unsent(self, found: Discovered) -> Discovered | None:
-        """``found`` without the links this worker has sent already (None if none is left).
-        A job whose spec re-crawls sends them all: its seen marks expire on the spec's clock,
-        which the memory does not keep."""
-        job = self._jobs.of(found.lineage.job) if self._jobs is not None else None
+    def _unsent(self, lineage: Lineage, depth: int, links: tuple[str, ...]) -> tuple[str, ...]:
+        """``links`` (at ``depth``) without those this worker has sent already. A job whose
+        spec re-crawls sends them all: its seen marks expire on the spec's clock, which the
+        memory does not keep."""
+        job = self._jobs.of(lineage.job) if self._jobs is not None else None
         if job is not None and job.spec.recrawl_after_s:
-            return found
-        links = self._sent.unsent(found.lineage, found.depth, found.links)
-        if len(links) == len(found.links):
-            return found
-        self.stats.links_sent_before += len(found.links) - len(links)
-        return dataclasses.replace(found, links=links) if links else None
+            return links
+        unsent = self._sent.unsent(lineage, depth, links)
+        self.stats.links_sent_before += len(links) - len(unsent)
+        return unsent
 
     def _result(
         self,
