@@ -74,7 +74,7 @@ def test_the_default_rule_skips_the_ignored_extensions(url: str, followed: bool)
 def test_the_default_rule_is_scrapys_over_a_large_url_corpus() -> None:
     urls = canonical_corpus()
     assert len(urls) > 5000
-    rule = dataclasses.replace(DEFAULT)  # a memory of its own
+    rule = ExtensionRule(DEFAULT.allow, DEFAULT.deny)  # the same rule, a memory of its own
     for follows in (DEFAULT.follows, rule.follows_again, rule.follows_again):  # then remembered
         differ = [url for url in urls if follows(url) == scrapy_skips(url)]
         assert not differ, differ[:5]
