@@ -43,11 +43,12 @@ from jetcrawl.contract.topology import (
     TASKS_STREAM,
     seen_streams,
     task_subject,
+    tasks_streams,
 )
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
 from jetcrawl.local.embedded import NatsCluster, NatsServer
 from jetcrawl.plumbing.bus import EXPECTED_LAST_SUBJECT_SEQ, MSG_ID, Outbox, Outgoing, connect
-from jetcrawl.plumbing.seenleaders import leaders, spread_seen_leaders
+from jetcrawl.plumbing.leaders import leaders, spread_leaders
 from jetcrawl.plumbing.topology import ensure
 
 __all__ = ["Admission", "MemoryPerKey", "SeenBench", "measure_seen", "seen_markdown"]
@@ -280,9 +281,7 @@ async def measure_admission(
     with tempfile.TemporaryDirectory(prefix="bench-seen-", dir=work_dir) as tmp:
         async with NatsCluster(Path(tmp) / "cluster", 3) as cluster:
             urls = ",".join(cluster.urls)
-            settings = Settings(
-                nats_url=urls, shards=SHARDS, replicas=3, seen_partitions=partitions
-            )
+            settings = Settings(nats_url=urls, shards=SHARDS, replicas=3, partitions=partitions)
             nc = await connect(settings, "bench-seen")
             try:
                 js = nc.jetstream()
@@ -291,7 +290,7 @@ async def measure_admission(
                 env = {
                     "JETCRAWL_SHARDS": str(SHARDS),
                     "JETCRAWL_REPLICAS": "3",
-                    "JETCRAWL_SEEN_PARTITIONS": str(partitions),
+                    "JETCRAWL_PARTITIONS": str(partitions),
                 }
                 procs = [
                     await _spawn_dispatcher(urls, env, Path(tmp), work_dir, f"k{partitions}-{i}")
@@ -322,11 +321,14 @@ async def measure_admission(
 
 
 async def _spread(nc: NATS, partitions: int) -> list[str | None]:
-    await spread_seen_leaders(nc, partitions)
+    """The seen buckets' leaders once each partition's task stream and bucket are led by the
+    partition's server (or after ``SPREAD_WITHIN_S``)."""
+    await spread_leaders(nc, partitions)
     deadline = time.monotonic() + SPREAD_WITHIN_S
     while True:
-        now = await leaders(nc, partitions)
-        placed = None not in now and len(set(now)) == min(partitions, 3)
+        now = await leaders(nc, seen_streams(partitions))
+        tasks = await leaders(nc, tasks_streams(partitions))
+        placed = None not in now and len(set(now)) == min(partitions, 3) and tasks == now
         if partitions == 1 or placed or time.monotonic() > deadline:
             return now
         await asyncio.sleep(SAMPLE_S)

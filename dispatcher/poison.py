@@ -1,15 +1,15 @@
 """Poison tasks: from JetStream's max-deliveries advisory to a ``CRAWL_DEAD`` record.
 
 A task that crashes or hangs its worker every time is never acked. After MaxDeliver deliveries
-JetStream stops delivering it, leaves it in ``CRAWL_TASKS`` (a work queue keeps what is not
+JetStream stops delivering it, leaves it in its task stream (a work queue keeps what is not
 acked), and publishes an advisory; stream ``CRAWL_ADVISORIES`` keeps the advisory (advisories
 are plain messages), so none is lost while no dispatcher runs. The collector, a loop of every
 dispatcher on the shared durable consumer ``poison`` (one of them gets each advisory), reads the
 task by its stream sequence, writes a dead letter (stage ``poison``, reason ``max_deliveries``,
-``Nats-Msg-Id`` by sequence, so a redelivered advisory adds none), deletes the task from the work
-queue, and only then acks the advisory. A task that is gone already (acked late by a slow worker,
-or handled before) just has its advisory acked. ``jetcrawl dlq replay --stage poison`` sends it
-back to its shard.
+``Nats-Msg-Id`` by stream and sequence, so a redelivered advisory adds none), deletes the task
+from the work queue, and only then acks the advisory. A task that is gone already (acked late by
+a slow worker, or handled before) just has its advisory acked. ``jetcrawl dlq replay --stage
+poison`` sends it back to its shard.
 
 A frontier message the dispatchers' intake could not admit in ``frontier_max_deliver``
 deliveries (its publishes failed for minutes: retry_delay_s) is left in ``CRAWL_FRONTIER`` the
@@ -44,7 +44,6 @@ from jetcrawl.contract.topology import (
     ADVISORIES_STREAM,
     FRONTIER_STREAM,
     POISON_CONSUMER,
-    TASKS_STREAM,
 )
 from jetcrawl.dispatcher.intake import FRONTIER_STAGE
 from jetcrawl.plumbing.backoff import wait_set
@@ -113,24 +112,24 @@ class PoisonCollector:
             doc = orjson.loads(advisory.data)
             seq, consumer = int(doc["stream_seq"]), str(doc.get("consumer", "?"))
             deliveries = int(doc.get("deliveries", 0))
-            stream = str(doc.get("stream", TASKS_STREAM))
+            stream = str(doc["stream"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.error("unreadable max-deliveries advisory: %r", advisory.data[:300])
             self.stats.unreadable += 1
             await advisory.term()
             return
         try:
-            await self._dead_letter(stream == FRONTIER_STREAM, seq, consumer, deliveries)
+            await self._dead_letter(stream, seq, consumer, deliveries)
         except (NatsError, TimeoutError, PublishFailed) as e:
             log.warning("%s message %d not dead-lettered yet: %r", stream, seq, e)
             await advisory.nak(delay=RETRY_DELAY_S)
             return
         await advisory.ack()
 
-    async def _dead_letter(self, frontier: bool, seq: int, consumer: str, deliveries: int) -> None:
-        """Message ``seq`` (of the frontier, or a task) written as a dead letter, then deleted;
-        one that is gone already is only counted."""
-        stream = FRONTIER_STREAM if frontier else TASKS_STREAM
+    async def _dead_letter(self, stream: str, seq: int, consumer: str, deliveries: int) -> None:
+        """Message ``seq`` of ``stream`` (the frontier, or a task stream) written as a dead
+        letter, then deleted; one that is gone already is only counted."""
+        frontier = stream == FRONTIER_STREAM
         try:
             msg = await self._js.get_msg(stream, seq)
         except NotFoundError:
@@ -146,7 +145,8 @@ class PoisonCollector:
                 f"consumer {consumer} delivered it {deliveries} times, never acked",
                 max_bytes=self._settings.dead_original_max_bytes,
             )
-        [ack] = await self._outbox.send([to_outgoing(letter, f"dead-{letter.stage}-{seq}")])
+        # Sequences are per stream, and there is a task stream per partition.
+        [ack] = await self._outbox.send([to_outgoing(letter, f"dead-{stream}-{seq}")])
         if isinstance(ack, PublishFailed):
             raise ack
         with contextlib.suppress(NotFoundError):

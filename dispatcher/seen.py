@@ -1,6 +1,6 @@
 """The seen set: KV bucket ``crawl_seen``, first writer wins, behind a bounded in-memory cache.
 
-With ``seen_partitions`` K > 1 it is K buckets ``crawl_seen_<p>``, each holding the marks of a
+With ``partitions`` K > 1 it is K buckets ``crawl_seen_<p>``, each holding the marks of a
 range of shards (K streams, K Raft groups: their leaders spread over the cluster); the caller says
 which partition each key is in (``partition_of``), and the rest is the same per bucket.
 

@@ -53,7 +53,7 @@ from jetcrawl.contract.topology import (
     DISPATCH_CONSUMER,
     FRONTIER_STREAM,
     JOBS_BUCKET,
-    seen_partition,
+    shard_partition,
     task_subject,
 )
 from jetcrawl.contract.urls import host_of, shard_of
@@ -69,8 +69,8 @@ from jetcrawl.plumbing.backoff import backoff_s, wait_set
 from jetcrawl.plumbing.bus import MSG_ID, Outbox, Outgoing, PublishFailed, connect
 from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.deadletters import dead_letter, to_outgoing
+from jetcrawl.plumbing.leaders import spread_leaders
 from jetcrawl.plumbing.pull import Cut, hand_back, pull
-from jetcrawl.plumbing.seenleaders import spread_seen_leaders
 from jetcrawl.plumbing.specs import SpecStore, SpecWatch
 from jetcrawl.plumbing.topology import ensure
 
@@ -159,14 +159,14 @@ class Dispatcher:
         self._js = self._nc.jetstream()
         await ensure(self._js, self._settings)
         if self._settings.create_topology:  # else the admin's `jetcrawl topology --apply` does
-            await spread_seen_leaders(self._nc, self._settings.seen_partitions)
+            await spread_leaders(self._nc, self._settings.partitions)
         self._outbox = Outbox(self._nc, propagate=self._tracing.enabled)
         self._seen = SeenSet(
             self._outbox,
             self._js,
             self._settings.dedupe_cache_size,
             self._settings.recrawl_after_s,
-            self._settings.seen_partitions,
+            self._settings.partitions,
         )
         jobs = await self._js.key_value(JOBS_BUCKET)
         self._quota = AdmissionQuota(jobs, self._settings.max_pages)
@@ -383,7 +383,7 @@ class Dispatcher:
                 self.stats.over_limit += len(keys) - granted_by_job[job]
         granted_by_host = await self._reserve_hosts(c)
         ttls = self._recrawl_ttls(c)
-        where = self._seen_partitions(c)
+        where = self._partitions_of(c)
         made = await seen.create(list(c.to_create.items()), ttls, where)
         created: dict[str, Mark] = {}
         for key, mark in zip(c.to_create, made, strict=True):
@@ -468,9 +468,9 @@ class Dispatcher:
         spec = self._spec(job)
         return spec.recrawl_after_s if spec is not None else None
 
-    def _seen_partitions(self, c: Candidates) -> dict[str, int]:
+    def _partitions_of(self, c: Candidates) -> dict[str, int]:
         """Each key's seen-set partition, by its host's shard ({} with one partition)."""
-        k, shards = self._settings.seen_partitions, self._settings.shards
+        k, shards = self._settings.partitions, self._settings.shards
         if k == 1:
             return {}
         by_host: dict[str, int] = {}  # a batch's links share few hosts
@@ -478,7 +478,7 @@ class Dispatcher:
         for _, task, key in c.pairs:
             host = host_of(task.url)
             if (p := by_host.get(host)) is None:
-                p = by_host[host] = seen_partition(shard_of(host, shards), shards, k)
+                p = by_host[host] = shard_partition(shard_of(host, shards), shards, k)
             where[key] = p
         return where
 

@@ -51,7 +51,7 @@ from jetcrawl.contract.errors import JetcrawlError, TopologyError
 from jetcrawl.contract.jobs import JobSpec
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.render import RENDER_SUBJECT
-from jetcrawl.contract.settings import ENV_PREFIX, Secret, Settings
+from jetcrawl.contract.settings import ENV_PREFIX, MAX_PARTITIONS, Secret, Settings
 from jetcrawl.contract.topology import (
     BODIES_STREAM,
     CONTROL_BUCKET,
@@ -406,6 +406,23 @@ def test_passwords_come_from_the_environment_with_marked_local_defaults() -> Non
         assert default.startswith("local-dev-only-"), default
     mine = {v: f"p{secrets.token_hex(4)}" for v in PASSWORD_VARIABLES}
     assert compose_environment("nats", mine).items() >= mine.items(), "a set one replaces a default"
+
+
+def test_the_services_rights_name_every_partitions_streams_and_the_account_holds_them() -> None:
+    accounts = (NATS_CONFIG_DIR / "accounts.conf").read_text()
+    for p in range(MAX_PARTITIONS):  # a subject wildcard cannot match a name's suffix
+        for needed in (
+            f"$KV.crawl_seen_{p}.>",  # the dispatcher's marks
+            f"$JS.API.STREAM.MSG.GET.CRAWL_TASKS_{p}",  # ... and its poison tasks
+            f"$JS.API.STREAM.MSG.DELETE.CRAWL_TASKS_{p}",
+            f"$JS.API.CONSUMER.CREATE.CRAWL_TASKS_{p}.>",  # the worker's lanes
+            f"$JS.API.CONSUMER.MSG.NEXT.CRAWL_TASKS_{p}.*",
+            f"$JS.ACK.CRAWL_TASKS_{p}.>",
+        ):
+            assert f'"{needed}"' in accounts, needed
+    [max_streams] = re.findall(r"max_streams: (\d+)", accounts)
+    most = Topology.from_settings(Settings(shards=64, partitions=MAX_PARTITIONS)).streams
+    assert len(most) <= int(max_streams), "the account holds the topology at most partitions"
 
 
 def test_compose_runs_the_server_versions_the_tests_run() -> None:

@@ -66,6 +66,8 @@ from jetcrawl.worker.outcome import (
     Done,
     Ownership,
     Settled,
+    TaskRef,
+    task_ref,
 )
 from jetcrawl.worker.pageout import job_output
 from jetcrawl.worker.pages import Got, PageFetcher
@@ -187,47 +189,47 @@ class TaskProcessor:
             settings.retry_max_delay_s,
             settings.retry_budget_s,
         )
-        # Politeness hand-backs per task (stream sequence): deliveries that were no attempt.
-        self._deferrals: OrderedDict[int, int] = OrderedDict()
-        # When each task's first fetch here began (stream sequence -> unix time): its retry
+        # Politeness hand-backs per task: deliveries that were no attempt.
+        self._deferrals: OrderedDict[TaskRef, int] = OrderedDict()
+        # When each task's first fetch here began (unix time): its retry
         # budget in time. The owner's memory, as the deferrals: a new owner starts the clock.
-        self._first_tried: OrderedDict[int, float] = OrderedDict()
+        self._first_tried: OrderedDict[TaskRef, float] = OrderedDict()
         # What the tasks held wait on now, and the tasks handed back or retried, with when they
-        # are due (stream sequence -> WaitingOn): the tail that the progress shows.
-        self._holding: dict[int, WaitingOn] = {}
-        self._away: OrderedDict[int, WaitingOn] = OrderedDict()
+        # are due: the tail that the progress shows.
+        self._holding: dict[TaskRef, WaitingOn] = {}
+        self._away: OrderedDict[TaskRef, WaitingOn] = OrderedDict()
 
     async def process(self, msg: Msg, owner: Ownership, abandoned: asyncio.Event) -> None:
         """Crawl one delivered task; ``abandoned`` (lease lost) hands a waiting one back."""
-        seq = msg.metadata.sequence.stream
-        self._away.pop(seq, None)  # it is back
-        if await self.unpublished.settled(seq):
+        ref = task_ref(msg)
+        self._away.pop(ref, None)  # it is back
+        if await self.unpublished.settled(ref):
             await self._outbox.ack(msg)  # its result is stored: a copy of a task done here
             self.stats.copies_acked += 1
-            log.info("task %d delivered again after its result was stored: acked", seq)
+            log.info("task %s %d delivered again after its result was stored: acked", *ref)
             return
         try:
-            with self.unpublished.in_hand(seq), self._telemetry.processing(msg, owner.shard):
+            with self.unpublished.in_hand(ref), self._telemetry.processing(msg, owner.shard):
                 await self._process(msg, owner, abandoned)
         finally:
-            self._holding.pop(seq, None)
+            self._holding.pop(ref, None)
 
     def waiting_on(self, at_most: int) -> tuple[WaitingOn, ...]:
         """The tasks that have waited longest: held here, or handed back and not yet due."""
         now = time.time()
         # Past due, a task is JetStream's again (redelivered here or to the next owner): forget.
         self._away = OrderedDict(
-            (seq, w) for seq, w in self._away.items() if w.due is None or w.due > now
+            (ref, w) for ref, w in self._away.items() if w.due is None or w.due > now
         )
         waits = [*self._holding.values(), *self._away.values()]
         return tuple(heapq.nsmallest(at_most, waits, key=_since))
 
-    def _waits(self, seq: int, url: str, why: str) -> None:
-        self._holding[seq] = WaitingOn(url, why, time.time())
+    def _waits(self, ref: TaskRef, url: str, why: str) -> None:
+        self._holding[ref] = WaitingOn(url, why, time.time())
 
-    def _goes_away(self, seq: int, url: str, why: str, delay_s: float) -> None:
+    def _goes_away(self, ref: TaskRef, url: str, why: str, delay_s: float) -> None:
         now = time.time()
-        self._away[seq] = WaitingOn(url, why, now, now + delay_s)
+        self._away[ref] = WaitingOn(url, why, now, now + delay_s)
         while len(self._away) > MAX_REMEMBERED_DEFERRALS:
             self._away.popitem(last=False)
 
@@ -237,10 +239,10 @@ class TaskProcessor:
         except MessageError as e:
             await self._dead_letter(msg, e.reason, e.detail)
             return
-        seq = msg.metadata.sequence.stream
-        deferrals = self._deferrals.get(seq, 0)
+        ref = task_ref(msg)
+        deferrals = self._deferrals.get(ref, 0)
         attempt = max(1, (msg.metadata.num_delivered or 1) - deferrals)
-        a = Attempt(msg, task, owner, seq, attempt, deferrals, time.time())
+        a = Attempt(msg, task, owner, ref, attempt, deferrals, time.time())
         await self._carry_out(a, await self._crawl(a, abandoned))
 
     # ------------------------------------------------------------------ the steps
@@ -256,7 +258,7 @@ class TaskProcessor:
             if not isinstance(verdict, RobotsVerdict):
                 return verdict
             if self._paced is not None:
-                self._waits(a.seq, a.task.url, "job rate")
+                self._waits(a.ref, a.task.url, "job rate")
                 await self._paced(a.task.lineage.job)
             turn = await self._turn_step(a, verdict, abandoned)
             if not isinstance(turn, Turn):
@@ -276,7 +278,7 @@ class TaskProcessor:
         job = a.task.lineage.job
         state: str = control.state(job)
         if state == "paused":
-            self._waits(a.seq, a.task.url, "job paused")
+            self._waits(a.ref, a.task.url, "job paused")
             self.stats.parked += 1
             state = await parking.park(job, a.owner.shard, abandoned)
         if state == "cancelled":
@@ -286,13 +288,13 @@ class TaskProcessor:
         return None
 
     async def _robots_step(self, a: Attempt) -> RobotsVerdict | Outcome:
-        self._waits(a.seq, a.task.url, "robots.txt")
+        self._waits(a.ref, a.task.url, "robots.txt")
         agent = self._pages.policy(a.task.lineage.job).user_agent  # None: the worker's own
         verdict = await self._telemetry.robots(self._robots.check(a.task.url, agent))
         if verdict.allowed:
             return verdict
         if verdict.reason == "unavailable":
-            self._first_attempt(a.seq, a.started)
+            self._first_attempt(a.ref, a.started)
             why = f"robots.txt unavailable: {verdict.detail or 'no answer'}"
             return self._failure(a, ROBOTS_UNAVAILABLE, why)
         self.stats.disallowed += 1
@@ -301,7 +303,7 @@ class TaskProcessor:
     async def _turn_step(
         self, a: Attempt, verdict: RobotsVerdict, abandoned: asyncio.Event
     ) -> Turn | Outcome:
-        self._waits(a.seq, a.task.url, "host turn")
+        self._waits(a.ref, a.task.url, "host turn")
         try:
             turn = await self._telemetry.politeness_wait(
                 self._politeness.turn(
@@ -332,8 +334,8 @@ class TaskProcessor:
         """The response (rendered, when the job's policy says so) or the fetch error, and the
         host's pause (a 429/503 Retry-After). A render holds the host's turn: the page's own
         requests are the host's politeness too."""
-        self._waits(a.seq, a.task.url, "fetching")
-        self._first_attempt(a.seq, time.time())  # waiting for the host is no part of the budget
+        self._waits(a.ref, a.task.url, "fetching")
+        self._first_attempt(a.ref, time.time())  # waiting for the host is no part of the budget
         pause_s = None
         try:
             conditional = {}
@@ -471,7 +473,7 @@ class TaskProcessor:
             kind=error_kind,
             status=status,
             retry_after=retry_after,
-            spent_s=time.time() - self._first_tried.get(a.seq, a.started),
+            spent_s=time.time() - self._first_tried.get(a.ref, a.started),
         )
         if delay is not None:
             return Again(delay, f"attempt {a.attempt + 1} after {kind}", AGAIN_RETRY)
@@ -505,9 +507,9 @@ class TaskProcessor:
         if outcome.kind == AGAIN_AT_ONCE:
             await self._outbox.nak(a.msg)
             return
-        self._goes_away(a.seq, a.task.url, outcome.why, outcome.delay_s)
+        self._goes_away(a.ref, a.task.url, outcome.why, outcome.delay_s)
         if outcome.kind == AGAIN_HANDED_BACK:
-            self._remember_deferral(a.seq, a.deferrals + 1)
+            self._remember_deferral(a.ref, a.deferrals + 1)
             await self._outbox.nak(a.msg, delay=outcome.delay_s)
             self.stats.deferred += 1
         else:
@@ -523,15 +525,15 @@ class TaskProcessor:
         ref, digest = await self._bodies.put(task.fp, fetched.body)
         return digest, ref
 
-    def _first_attempt(self, seq: int, now: float) -> None:
-        if seq not in self._first_tried:
-            self._first_tried[seq] = now
+    def _first_attempt(self, ref: TaskRef, now: float) -> None:
+        if ref not in self._first_tried:
+            self._first_tried[ref] = now
             while len(self._first_tried) > MAX_REMEMBERED_DEFERRALS:
                 self._first_tried.popitem(last=False)
 
-    def _remember_deferral(self, seq: int, deferrals: int) -> None:
-        self._deferrals[seq] = deferrals
-        self._deferrals.move_to_end(seq)
+    def _remember_deferral(self, ref: TaskRef, deferrals: int) -> None:
+        self._deferrals[ref] = deferrals
+        self._deferrals.move_to_end(ref)
         while len(self._deferrals) > MAX_REMEMBERED_DEFERRALS:
             self._deferrals.popitem(last=False)
 
@@ -664,7 +666,7 @@ class TaskProcessor:
         outgoing = [Outgoing(result_subject(result.shard), result.to_wire(), {MSG_ID: crawl_id})]
         if letter is not None:
             outgoing.append(to_outgoing(letter, f"dead-{crawl_id}"))
-        seq = msg.metadata.sequence.stream
+        ref = task_ref(msg)
         outgoing.extend(outputs)
         failed = await self._publish(outgoing, links, crawl_id, hold=True)
         if failed is not None:
@@ -673,11 +675,11 @@ class TaskProcessor:
             )
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
-        self.unpublished.stored(seq)  # before the ack: a copy delivered from now on is acked too
+        self.unpublished.stored(ref)  # before the ack: a copy delivered from now on is acked too
         if links is not None:  # stored: its tasks may reach this worker before the ack returns
             self._sent.sent(links.lineage, links.depth, links.links)
         await self._outbox.ack(msg)
-        self._first_tried.pop(seq, None)
+        self._first_tried.pop(ref, None)
         self.stats.tasks += 1
         self.tally.result(task.lineage.job, result.outcome)
         self._telemetry.finished(result)
@@ -750,15 +752,12 @@ class TaskProcessor:
         letter = dead_letter(
             msg, STAGE_TASK, reason, detail, max_bytes=self._settings.dead_original_max_bytes
         )
-        failed = await self._publish(
-            [to_outgoing(letter, f"dead-task-{msg.metadata.sequence.stream}")]
-        )
+        stream, seq = task_ref(msg)
+        failed = await self._publish([to_outgoing(letter, f"dead-task-{stream}-{seq}")])
         if failed is not None:
             await self._retry(msg, PUBLISH_RETRY_DELAY_S)
             return
-        log.warning(
-            "dead-lettered task (seq %d): %s %s", msg.metadata.sequence.stream, reason, detail
-        )
+        log.warning("dead-lettered task (%s %d): %s %s", stream, seq, reason, detail)
         await self._outbox.term(msg)
         self.stats.dead_letters += 1
         self.stats.tasks += 1

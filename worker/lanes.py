@@ -1,8 +1,9 @@
 """Which lane of a shard the owner takes tasks from next: priority levels, then jobs.
 
 A shard's tasks are queued per *lane*, ``crawl.tasks.<shard>.<level>.<job>``, each with its own
-consumer. :class:`LaneBoard` reads how many tasks every lane holds (one stream info a poll, for
-the whole worker). A shard's :class:`Schedule` then picks, for each pull, the lane and how many:
+consumer. :class:`LaneBoard` reads how many tasks every lane holds (a stream info per task
+stream a poll, for the whole worker). A shard's :class:`Schedule` then picks, for each pull,
+the lane and how many:
 
 - **Levels**: the highest level with tasks goes first, except that each level is guaranteed a
   share of the shard's turns while it has tasks, by ``priority_weights`` (8:4:2:1: with all four
@@ -25,7 +26,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nats.errors import Error as NatsError
@@ -44,15 +45,18 @@ JOB_BATCH = 8  # tasks of one job per pull while another job of its level waits
 
 
 class LaneBoard:
-    """The tasks each lane holds, as the last poll of ``CRAWL_TASKS`` saw them.
+    """The tasks each lane holds, as the last poll of the task ``streams`` saw them.
 
     ``generation`` counts polls; a poll that sees a lane of a shard gain tasks wakes the shard's
     puller (``on_gain``). Counts include tasks delivered and not yet acked.
     """
 
-    def __init__(self, js: JetStreamContext, poll_s: float) -> None:
+    def __init__(
+        self, js: JetStreamContext, poll_s: float, streams: Sequence[str] = (TASKS_STREAM,)
+    ) -> None:
         self._js = js
         self._poll_s = poll_s
+        self._streams = tuple(streams)  # one per partition
         self.generation = 0
         self._shards: dict[int, dict[Lane, int]] = {}
         self._jobs: dict[str, int] = {}  # tasks of each job, every shard
@@ -81,14 +85,17 @@ class LaneBoard:
         failures = 0
         while not stopping.is_set():
             try:
-                info = await self._js.stream_info(TASKS_STREAM, subjects_filter=f"{TASKS_PREFIX}>")
+                subjects: dict[str, int] = {}
+                for name in self._streams:
+                    info = await self._js.stream_info(name, subjects_filter=f"{TASKS_PREFIX}>")
+                    subjects.update(info.state.subjects or {})
                 failures = 0
             except (NatsError, TimeoutError) as e:
                 failures += 1
                 if failures == 1 or failures % 100 == 0:
                     log.warning("reading the task lanes failed (%d in a row): %r", failures, e)
             else:
-                self.update(info.state.subjects or {})
+                self.update(subjects)
             await wait_set(stopping, self._poll_s)
 
     def update(self, subjects: Mapping[str, int]) -> None:

@@ -42,6 +42,15 @@ class Ownership:
     fence: int
 
 
+# A task's identity in this worker's memories: its stream and its sequence there (sequences are
+# per stream, and there is a task stream per partition).
+TaskRef = tuple[str, int]
+
+
+def task_ref(msg: Msg) -> TaskRef:
+    return msg.metadata.stream, msg.metadata.sequence.stream
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One delivery of a task, as its steps see it."""
@@ -49,7 +58,7 @@ class Attempt:
     msg: Msg
     task: Task
     owner: Ownership
-    seq: int  # the task's stream sequence: its identity for this worker's memories
+    ref: TaskRef  # its identity for this worker's memories
     attempt: int  # 1 for the first; JetStream's deliveries less the politeness hand-backs
     deferrals: int  # politeness hand-backs so far
     started: float  # unix time this delivery's processing began

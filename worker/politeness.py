@@ -19,7 +19,7 @@ with ``nak(delay)`` timed for their own turn on the host's schedule, moved only 
 promised to another hand-back of that host. A waiter is chosen once, and while chosen ones are on
 their way out they count as the room being made, so a burst of tasks entering a full holding
 hands back no more, and no later, than one entry would. JetStream counts that nak
-as a delivery, so the worker remembers each task's hand-backs (by stream sequence) and subtracts
+as a delivery, so the worker remembers each task's hand-backs (by stream and sequence) and subtracts
 them from the delivery count to get the attempt number (:mod:`jetcrawl.worker.crawl`); the task
 consumers' MaxDeliver leaves room for ``max_deferrals`` of them, and a task handed back that often
 is not handed back again. The memory is the owner's: after a crash or a handover a task's earlier

@@ -7,7 +7,7 @@ sends in-progress acks for the tasks they hold, are tasks of the TaskGroup that 
 open, so nothing outlives the worker.
 
 Which of a shard's lanes (priority level, job) it takes from is :mod:`jetcrawl.worker.lanes`,
-from a board of every lane's tasks that one poll of ``CRAWL_TASKS`` keeps; job run states come
+from a board of every lane's tasks that one poll of the task streams keeps; job run states come
 from the watch of KV ``crawl_control``, and a paused job's held tasks are parked
 (:mod:`jetcrawl.worker.parking`).
 
@@ -30,7 +30,7 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import VALIDATORS_BUCKET, WORKERS_BUCKET
+from jetcrawl.contract.topology import VALIDATORS_BUCKET, WORKERS_BUCKET, tasks_streams
 from jetcrawl.otel import NO_TRACING, Tracing
 from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.bodies import BodyStore
@@ -123,7 +123,9 @@ class Worker:
         self._jobs = Jobs(self.specs.current)
         self.control = ControlWatch(self._js)
         self._parking = Parking(self.control, self._holding)
-        self._board = LaneBoard(self._js, self._settings.lanes_poll_s)
+        self._board = LaneBoard(
+            self._js, self._settings.lanes_poll_s, tasks_streams(self._settings.partitions)
+        )
         self._processor = TaskProcessor(
             self._settings,
             self.worker_id,

@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 
 from jetcrawl.contract.control import PAUSED
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import TASKS_STREAM, lane_config, lane_consumer
+from jetcrawl.contract.topology import lane_config, lane_consumer, shard_tasks_stream
 from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
@@ -239,9 +239,10 @@ class ShardPuller:
     async def _subscribe(self, lane: Lane) -> JetStreamContext.PullSubscription:
         level, job = lane
         config = lane_config(self._settings, self.owner.shard, level, job)
-        await self._js.add_consumer(TASKS_STREAM, config)
+        stream = shard_tasks_stream(self.owner.shard, self._settings)
+        await self._js.add_consumer(stream, config)
         return await self._js.pull_subscribe_bind(
-            durable=lane_consumer(self.owner.shard, level, job), stream=TASKS_STREAM
+            durable=lane_consumer(self.owner.shard, level, job), stream=stream
         )
 
     async def _start(self, tg: asyncio.TaskGroup, lane: Lane | None, msgs: list[Msg]) -> None:

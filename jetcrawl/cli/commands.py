@@ -67,14 +67,14 @@ async def apply_topology(settings: Settings) -> int:
     """Create or update the topology, whatever ``create_topology`` says: that is what it is for."""
     from jetcrawl.contract.topology import Topology
     from jetcrawl.plumbing.bus import connect
-    from jetcrawl.plumbing.seenleaders import spread_seen_leaders
+    from jetcrawl.plumbing.leaders import spread_leaders
     from jetcrawl.plumbing.topology import ensure
 
     settings = settings.replace(create_topology=True)
     nc = await connect(settings, "jetcrawl-topology", give_up_s=settings.command_timeout_s)
     try:
         await ensure(nc.jetstream(), settings)
-        await spread_seen_leaders(nc, settings.seen_partitions)
+        await spread_leaders(nc, settings.partitions)
     finally:
         await nc.close()
     topology = Topology.from_settings(settings)

@@ -32,7 +32,7 @@ class JobControl:
     state: State
     at: float  # unix time of the change
     by: str = ""  # who asked: user@host of the command
-    purged: int = 0  # tasks a cancellation removed from CRAWL_TASKS
+    purged: int = 0  # tasks a cancellation removed from the task streams
 
     @property
     def runs(self) -> bool:

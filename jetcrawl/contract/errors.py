@@ -4,6 +4,7 @@ JetcrawlError
 ├── SettingsError          a setting is unknown or has a bad value
 ├── TopologyError          the JetStream topology on the server disagrees with ours
 │   ├── ShardCountMismatch the server was set up with another shard count
+│   ├── PartitionCountMismatch ... or another partition count
 │   └── TopologyUnavailable JetStream cannot apply it yet (no leader, too few peers): retry
 ├── MessageError           a message cannot be decoded (carries the reason for the dead letter)
 ├── UrlError               a URL is rejected by the URL rules (carries the reason)
@@ -40,16 +41,17 @@ class ShardCountMismatch(TopologyError):
         self.wanted = wanted
 
 
-class SeenPartitionsMismatch(TopologyError):
-    def __init__(self, existing: int, wanted: int) -> None:
+class PartitionCountMismatch(TopologyError):
+    def __init__(self, existing: int, wanted: int, stream: str) -> None:
         super().__init__(
-            f"the seen set was created with {existing} partition(s) but this service was started "
-            f"with seen_partitions={wanted}; a URL's mark would be looked for in the wrong bucket "
-            f"(start with JETCRAWL_SEEN_PARTITIONS={existing}, or delete the KV_crawl_seen* "
-            "streams to start over)"
+            f"stream {stream} was created with {existing} partition(s) but this service was "
+            f"started with partitions={wanted}; a shard's tasks and its URLs' seen marks would "
+            f"be looked for in the wrong streams (start with JETCRAWL_PARTITIONS={existing}, or "
+            "delete the CRAWL_TASKS* and KV_crawl_seen* streams to start over)"
         )
         self.existing = existing
         self.wanted = wanted
+        self.stream = stream
 
 
 class TopologyUnavailable(TopologyError):

@@ -25,7 +25,7 @@ ENV_PREFIX = "JETCRAWL_"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
 DEFAULT_SHARDS = 64
-MAX_SEEN_PARTITIONS = 16  # nats/accounts.conf names each partition's bucket for the dispatcher
+MAX_PARTITIONS = 16  # nats/accounts.conf names each partition's streams for the services
 DEFAULT_ACK_WAIT_S = 30.0
 DEFAULT_TASK_MAX_DELIVER = 3  # attempts per URL, as Scrapy's and Nutch's defaults give
 DEFAULT_DUPLICATE_WINDOW_S = 600.0
@@ -93,8 +93,9 @@ class Settings:
 
     # --- topology (fixed when the streams are created)
     shards: int = DEFAULT_SHARDS
-    # KV buckets the seen set is split into by shard range (1: the one bucket crawl_seen)
-    seen_partitions: int = 1
+    # Shard ranges the tasks and the seen set are split into: a task stream and a KV bucket each
+    # (1: the one stream CRAWL_TASKS and the one bucket crawl_seen)
+    partitions: int = 1
     replicas: int = 1
     ack_wait_s: float = DEFAULT_ACK_WAIT_S
     task_max_deliver: int = DEFAULT_TASK_MAX_DELIVER
@@ -264,11 +265,11 @@ class Settings:
         FetchPolicy.from_settings(self)  # render, proxies, proxy_rotation, on_block
         if self.shards < 1:
             raise SettingsError("shards", f"must be >= 1, got {self.shards}")
-        if not 1 <= self.seen_partitions <= min(MAX_SEEN_PARTITIONS, self.shards):
+        if not 1 <= self.partitions <= min(MAX_PARTITIONS, self.shards):
             raise SettingsError(
-                "seen_partitions",
-                f"must be 1 to {MAX_SEEN_PARTITIONS} and at most shards ({self.shards}), "
-                f"got {self.seen_partitions}",
+                "partitions",
+                f"must be 1 to {MAX_PARTITIONS} and at most shards ({self.shards}), "
+                f"got {self.partitions}",
             )
         if self.default_scope not in SCOPES:
             raise SettingsError(

@@ -1,8 +1,10 @@
 """The JetStream topology as code: subjects, streams, consumers and buckets, declared; no I/O.
 
-:class:`Topology` holds every stream and consumer for one set of settings; the shard count is
-recorded in the ``CRAWL_TASKS`` stream's metadata, the seen set's partition count
-(``seen_partitions``: K buckets by shard range) in its buckets'. :func:`as_cli_json` renders
+:class:`Topology` holds every stream and consumer for one set of settings. With ``partitions``
+K > 1, the tasks and the seen set are each K streams by shard range (K Raft groups, whose leaders
+can sit on different servers): partition ``p`` holds the tasks of its shards in ``CRAWL_TASKS_<p>``
+and their URLs' marks in ``crawl_seen_<p>``. The shard count is recorded in the task streams'
+metadata, the partition count in the partitions' streams'. :func:`as_cli_json` renders
 the same definitions as the JSON that ``nats stream add --config`` and ``nats consumer add
 --config`` accept.
 Every service applies them at start with :func:`jetcrawl.plumbing.topology.ensure`.
@@ -35,15 +37,13 @@ RESULTS_PREFIX = "crawl.results."
 ITEMS_PREFIX = "crawl.items."
 DEAD_PREFIX = "crawl.dead."
 # What nats-server publishes when a consumer gives up on a message (MaxDeliver reached): a task
-# consumer (a poison task), or the dispatchers' intake (a frontier message it could not admit).
-MAX_DELIVERIES_ADVISORIES = (
-    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_TASKS.*",  # any lane's consumer
-    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.CRAWL_FRONTIER.dispatch",
-)
+# consumer (a poison task: max_deliveries_advisories), or the dispatchers' intake (a frontier
+# message it could not admit).
+MAX_DELIVERIES_ADVISORY_PREFIX = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 
 # --- streams, consumers, buckets
 FRONTIER_STREAM = "CRAWL_FRONTIER"
-TASKS_STREAM = "CRAWL_TASKS"
+TASKS_STREAM = "CRAWL_TASKS"  # the tasks when there is one partition (partitions=1)
 RESULTS_STREAM = "CRAWL_RESULTS"
 ITEMS_STREAM = "CRAWL_ITEMS"
 DEAD_STREAM = "CRAWL_DEAD"
@@ -51,7 +51,7 @@ ADVISORIES_STREAM = "CRAWL_ADVISORIES"
 DISPATCH_CONSUMER = "dispatch"
 POISON_CONSUMER = "poison"
 ADVISORIES_MAX_AGE_S = 7 * 24 * 3600.0
-SEEN_BUCKET = "crawl_seen"  # the seen set when it has one partition (seen_partitions=1)
+SEEN_BUCKET = "crawl_seen"  # the seen set when there is one partition (partitions=1)
 SEEN_STREAM = f"KV_{SEEN_BUCKET}"
 SEEN_SUBJECT_PREFIX = f"$KV.{SEEN_BUCKET}."
 JOBS_BUCKET = "crawl_jobs"
@@ -71,7 +71,7 @@ BODIES_STREAM = f"OBJ_{BODIES_BUCKET}"
 
 SHARDS_METADATA_KEY = "jetcrawl_shards"
 PROTOCOL_METADATA_KEY = "jetcrawl_protocol"
-SEEN_PARTITIONS_METADATA_KEY = "jetcrawl_seen_partitions"
+PARTITIONS_METADATA_KEY = "jetcrawl_partitions"
 
 
 def task_subject(shard: int, level: int = DEFAULT_PRIORITY, job: str = DEFAULT_JOB) -> str:
@@ -133,6 +133,37 @@ def lane_config(settings: Settings, shard: int, level: int, job: str) -> Consume
     )
 
 
+def tasks_stream(partition: int, partitions: int) -> str:
+    """The stream of one partition's tasks: ``CRAWL_TASKS`` alone, else ``CRAWL_TASKS_<p>``."""
+    return TASKS_STREAM if partitions == 1 else f"{TASKS_STREAM}_{partition}"
+
+
+def tasks_streams(partitions: int) -> list[str]:
+    """Every stream of tasks, partition 0 first."""
+    return [tasks_stream(p, partitions) for p in range(partitions)]
+
+
+def shard_tasks_stream(shard: int, settings: Settings) -> str:
+    """The stream holding ``shard``'s tasks: where its lanes' consumers are made."""
+    return tasks_stream(
+        shard_partition(shard, settings.shards, settings.partitions), settings.partitions
+    )
+
+
+def partition_shards(partition: int, partitions: int, shards: int) -> range:
+    """The shards of one partition: a contiguous range (see :func:`shard_partition`)."""
+    return range(-(-partition * shards // partitions), -(-(partition + 1) * shards // partitions))
+
+
+def max_deliveries_advisories(partitions: int) -> list[str]:
+    """The advisories kept for the poison collector: any lane's consumer of any task stream,
+    and the dispatchers' intake."""
+    return [
+        *(f"{MAX_DELIVERIES_ADVISORY_PREFIX}{name}.*" for name in tasks_streams(partitions)),
+        f"{MAX_DELIVERIES_ADVISORY_PREFIX}{FRONTIER_STREAM}.{DISPATCH_CONSUMER}",
+    ]
+
+
 def seen_bucket(partition: int, partitions: int) -> str:
     """The KV bucket of one seen-set partition: ``crawl_seen`` alone, else ``crawl_seen_<p>``."""
     return SEEN_BUCKET if partitions == 1 else f"{SEEN_BUCKET}_{partition}"
@@ -151,7 +182,7 @@ def seen_streams(partitions: int) -> list[str]:
     return [seen_stream(p, partitions) for p in range(partitions)]
 
 
-def seen_partition(shard: int, shards: int, partitions: int) -> int:
+def shard_partition(shard: int, shards: int, partitions: int) -> int:
     """The partition holding the marks of a shard's URLs: contiguous shard ranges, so a
     partition's URLs are those of a fixed set of hosts (their tasks' shards)."""
     return shard * partitions // shards
@@ -184,17 +215,11 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
     """Every stream, in the order they are made."""
     work, limits = RetentionPolicy.WORK_QUEUE, RetentionPolicy.LIMITS
     dedupe = {"duplicate_window": settings.duplicate_window_s}
-    shards = {
-        SHARDS_METADATA_KEY: str(settings.shards),
-        PROTOCOL_METADATA_KEY: str(PROTOCOL_VERSION),
-    }
     return (
         (FRONTIER_STREAM, [SEEDS, DISCOVERED], work,
          "seeds and discovered links waiting for the dispatcher",
          {**dedupe, "discard": DiscardPolicy.OLD}),
-        (TASKS_STREAM, [f"{TASKS_PREFIX}>"], work,
-         "admitted URLs, by host's shard, level and job: crawl.tasks.<shard>.<level>.<job>",
-         {**dedupe, "metadata": shards}),
+        *_tasks(settings),
         (RESULTS_STREAM, [f"{RESULTS_PREFIX}*"], limits,
          "one result record per crawled task",
          dedupe),
@@ -206,7 +231,7 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
          dedupe),
         # Advisories are plain messages: kept here until the dispatchers' poison consumer has
         # turned each into a dead letter (dispatcher/poison.py).
-        (ADVISORIES_STREAM, list(MAX_DELIVERIES_ADVISORIES), work,
+        (ADVISORIES_STREAM, max_deliveries_advisories(settings.partitions), work,
          "max-deliveries advisories: poison tasks, unadmitted frontier input",
          {"max_age": ADVISORIES_MAX_AGE_S}),
         # A mark may expire: re-crawl (recrawl_after_s). One bucket per partition.
@@ -225,21 +250,45 @@ def _streams(settings: Settings) -> tuple[_Stream, ...]:
     )  # fmt: skip
 
 
+def _tasks(settings: Settings) -> list[_Stream]:
+    """The task streams: the one stream of every shard, or K by shard range recording K."""
+    k, shards = settings.partitions, settings.shards
+    holds = "admitted URLs, by host's shard, level and job: crawl.tasks.<shard>.<level>.<job>"
+    metadata = {SHARDS_METADATA_KEY: str(shards), PROTOCOL_METADATA_KEY: str(PROTOCOL_VERSION)}
+    dedupe = {"duplicate_window": settings.duplicate_window_s}
+    if k == 1:
+        return [
+            (
+                TASKS_STREAM,
+                [f"{TASKS_PREFIX}>"],
+                RetentionPolicy.WORK_QUEUE,
+                holds,
+                {**dedupe, "metadata": metadata},
+            )
+        ]
+    return [
+        (tasks_stream(p, k), [shard_tasks(s) for s in partition_shards(p, k, shards)],
+         RetentionPolicy.WORK_QUEUE, f"{holds}, of shards {_shard_range(p, k, shards)}",
+         {**dedupe, "metadata": {**metadata, PARTITIONS_METADATA_KEY: str(k)}})
+        for p in range(k)
+    ]  # fmt: skip
+
+
 def _seen(settings: Settings) -> list[_Stream]:
     """The seen set's streams: the one bucket as ever, or K recording their count."""
-    k = settings.seen_partitions
+    k = settings.partitions
     holds = "URL fingerprint -> admitting frontier sequence"
     if k == 1:
         return [_kv(SEEN_BUCKET, holds, allow_msg_ttl=True)]
     return [
         _kv(seen_bucket(p, k), f"{holds}, of shards {_shard_range(p, k, settings.shards)}",
-            allow_msg_ttl=True, metadata={SEEN_PARTITIONS_METADATA_KEY: str(k)})
+            allow_msg_ttl=True, metadata={PARTITIONS_METADATA_KEY: str(k)})
         for p in range(k)
     ]  # fmt: skip
 
 
 def _shard_range(partition: int, partitions: int, shards: int) -> str:
-    mine = [s for s in range(shards) if seen_partition(s, shards, partitions) == partition]
+    mine = partition_shards(partition, partitions, shards)
     return f"{mine[0]}-{mine[-1]}"
 
 

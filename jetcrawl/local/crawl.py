@@ -34,7 +34,7 @@ from jetcrawl.contract.errors import JetcrawlError, MessageError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS
+from jetcrawl.contract.topology import DEAD_STREAM, RESULTS_STREAM, SEEDS, tasks_streams
 from jetcrawl.local.children import Children, CrawlFailed, start_children
 from jetcrawl.local.collector import ResultCollector
 from jetcrawl.local.drain import WATCHED_STREAMS, Cadence, Snapshot, snapshot
@@ -109,9 +109,8 @@ async def crawl(
             start_children(settings, request.workers, workdir, interrupt.hurry, prefork)
         )
         await interrupt.unless_requested(ensure(js, settings))
-        before = {
-            stream: (await js.stream_info(stream)).state.last_seq for stream in WATCHED_STREAMS
-        }
+        counted = [*WATCHED_STREAMS, *tasks_streams(settings.partitions)]  # as a snapshot's
+        before = {stream: (await js.stream_info(stream)).state.last_seq for stream in counted}
         first_result = before[RESULTS_STREAM] + 1
         first_dead = before[DEAD_STREAM] + 1
 
@@ -161,7 +160,7 @@ async def crawl(
         summary.dead_reasons = await _dead_reasons(js, first_dead)
         counts = ", ".join(
             f"{stream} {last - before[stream]}"
-            for stream, last in zip(WATCHED_STREAMS, drained.last_seqs, strict=True)
+            for stream, last in zip(counted, drained.last_seqs, strict=True)
         )
         log.info("messages stored by this crawl: %s", counts)
         summary.restarts = children.restarted

@@ -23,10 +23,10 @@ from jetcrawl.contract.topology import (
     POISON_CONSUMER,
     RESULTS_STREAM,
     TASKS_PREFIX,
-    TASKS_STREAM,
 )
+from jetcrawl.plumbing.topology import task_stream_infos
 
-WATCHED_STREAMS = (FRONTIER_STREAM, TASKS_STREAM, RESULTS_STREAM, DEAD_STREAM)
+WATCHED_STREAMS = (FRONTIER_STREAM, RESULTS_STREAM, DEAD_STREAM)  # and the task streams
 
 SNAPSHOT_EVERY_S = 0.5
 # After a snapshot that shows nothing pending, unacked or queued, the one that may confirm it
@@ -43,7 +43,7 @@ CONSUMERS_PAGE = 256  # consumers nats-server lists per request
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    last_seqs: tuple[int, ...]  # per WATCHED_STREAMS
+    last_seqs: tuple[int, ...]  # per WATCHED_STREAMS, then per task stream
     # Pending + unacked on the dispatch and poison consumers, and over every lane; the
     # work queues' message counts (an upper bound) when snapshot() could take its shortcut.
     frontier_backlog: int
@@ -67,7 +67,7 @@ class Snapshot:
 async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None = None) -> Snapshot:
     """JetStream's state now; ``previous`` (the last snapshot) lets it skip the consumers.
 
-    CRAWL_FRONTIER and CRAWL_TASKS are work queues: a message stays until it is acked or
+    CRAWL_FRONTIER and the task streams are work queues: a message stays until it is acked or
     deleted, so their message counts bound the consumers' pending plus unacknowledged from
     above. They are the backlog, then, while the streams still move (the crawl cannot be
     settled in such a snapshot anyway) or when they are empty (the bound is exact). Otherwise
@@ -81,16 +81,19 @@ async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None 
         info = await js.stream_info(stream)
         last_seqs.append(info.state.last_seq)
         counts[stream] = info.state.messages
+    tasks = await task_stream_infos(js)
+    last_seqs += [info.state.last_seq for info in tasks]
+    queued = sum(info.state.messages for info in tasks)
     poison = await js.consumer_info(ADVISORIES_STREAM, POISON_CONSUMER)
     poison_backlog = (poison.num_pending or 0) + (poison.num_ack_pending or 0)
     moving = previous is not None and previous.last_seqs != tuple(last_seqs)
-    if moving or counts[FRONTIER_STREAM] == counts[TASKS_STREAM] == 0:
+    if moving or counts[FRONTIER_STREAM] == queued == 0:
         frontier_backlog = counts[FRONTIER_STREAM]
-        task_backlog = counts[TASKS_STREAM]
+        task_backlog = queued
     else:
         dispatch = await js.consumer_info(FRONTIER_STREAM, DISPATCH_CONSUMER)
         frontier_backlog = (dispatch.num_pending or 0) + (dispatch.num_ack_pending or 0)
-        task_backlog = await _lanes_backlog(js)
+        task_backlog = sum([await _lanes_backlog(js, info.config.name or "") for info in tasks])
     return Snapshot(
         last_seqs=tuple(last_seqs),
         frontier_backlog=frontier_backlog + poison_backlog,
@@ -100,15 +103,15 @@ async def snapshot(js: JetStreamContext, shards: int, previous: Snapshot | None 
     )
 
 
-async def _lanes_backlog(js: JetStreamContext) -> int:
-    """Pending + unacked over the lanes' consumers; a lane no consumer takes yet (its shard's
-    owner has not made it) counts all its tasks."""
-    info = await js.stream_info(TASKS_STREAM, subjects_filter=f"{TASKS_PREFIX}>")
+async def _lanes_backlog(js: JetStreamContext, stream: str) -> int:
+    """Pending + unacked over the lanes' consumers of task stream ``stream``; a lane no
+    consumer takes yet (its shard's owner has not made it) counts all its tasks."""
+    info = await js.stream_info(stream, subjects_filter=f"{TASKS_PREFIX}>")
     counts = dict(info.state.subjects or {})
     backlog = 0
     listed = 0
     while True:  # the server lists up to 256 consumers a page
-        page = await js.consumers_info(TASKS_STREAM, offset=listed)
+        page = await js.consumers_info(stream, offset=listed)
         for consumer in page:
             subject = consumer.config.filter_subject
             if subject in counts:

@@ -4,7 +4,7 @@ Each command changes the state by compare-and-set (:class:`jetcrawl.plumbing.con
 and prints one line: what changed, or that nothing did (already paused, say). Workers and
 dispatchers watch the bucket, so a change reaches the mesh within a watch's delivery. Cancel is
 final: the state first (so what a worker still holds is settled, and the dispatchers drop the
-job's links), then every queued task of the job is purged from ``CRAWL_TASKS`` and the count is
+job's links), then every queued task of the job is purged from the task streams and the count is
 recorded. A cancel again purges what arrived since (a dispatcher's batch under way).
 
 A name that is no job of this mesh is a typo, refused with exit 2 before anything is written
@@ -68,7 +68,7 @@ async def run_control(settings: Settings, action: str, name: str) -> int:
             raise JetcrawlError(
                 f"job {name}: NATS at {redact_urls(settings.nats_url)} did not take the "
                 f"{action} ({e!r}); it needs KV {CONTROL_BUCKET} writes"
-                + (" and the purge of CRAWL_TASKS" if action == "cancel" else "")
+                + (" and the purge of its tasks" if action == "cancel" else "")
                 + " (the admin user)"
             ) from e
         return 0

@@ -1,6 +1,6 @@
 """What ``jetcrawl status`` shows of jobs, without reading a result.
 
-backlog   the tasks queued per lane (shard, level, job): one stream info of ``CRAWL_TASKS``
+backlog   the tasks queued per lane (shard, level, job): one stream info per task stream
           with its subject counts. A work queue keeps a task until it is acked, so a lane's count
           is what waits plus what a worker holds, a paused job's tasks included.
 states    the control records of KV ``crawl_control`` (running, paused, cancelled)
@@ -30,12 +30,12 @@ from jetcrawl.contract.topology import (
     SPECS_BUCKET,
     SPECS_STREAM,
     TASKS_PREFIX,
-    TASKS_STREAM,
     WORKERS_BUCKET,
     WORKERS_STREAM,
     job_tasks,
     lane_of,
 )
+from jetcrawl.plumbing.topology import task_stream_infos
 
 __all__ = [
     "Backlog",
@@ -88,7 +88,6 @@ async def check_known(js: JetStreamContext, name: str) -> None:
     for stream, subjects in (
         (SPECS_STREAM, f"$KV.{SPECS_BUCKET}.{name}"),
         (CONTROL_STREAM, f"$KV.{CONTROL_BUCKET}.{name}"),
-        (TASKS_STREAM, job_tasks(name)),
     ):
         try:
             info = await js.stream_info(stream, subjects_filter=subjects)
@@ -96,6 +95,11 @@ async def check_known(js: JetStreamContext, name: str) -> None:
             continue  # a topology from before that bucket: nothing of the job there
         if any(info.state.subjects or {}):
             return
+    try:
+        if any(info.state.subjects for info in await task_stream_infos(js, job_tasks(name))):
+            return
+    except NotFoundError:
+        pass  # no task streams yet: no tasks of the job either
     if not any(name in report.jobs for report in await read_reports(js)):
         raise UnknownJob(name)
 
@@ -122,7 +126,7 @@ async def read_reports(js: JetStreamContext) -> tuple[WorkerReport, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
-    """Queued tasks per lane, as ``CRAWL_TASKS`` counted them at one reading."""
+    """Queued tasks per lane, as the task streams counted them at one reading."""
 
     lanes: dict[Lane, int]
 
@@ -145,13 +149,13 @@ class Backlog:
 
 
 async def read_backlog(js: JetStreamContext) -> Backlog:
-    info = await js.stream_info(TASKS_STREAM, subjects_filter=f"{TASKS_PREFIX}>")
     lanes: dict[Lane, int] = {}
-    for subject, count in (info.state.subjects or {}).items():
-        try:
-            lanes[lane_of(subject)] = count
-        except ValueError:
-            continue  # a subject of an older layout (crawl.tasks.<shard>): no lane to show
+    for info in await task_stream_infos(js, f"{TASKS_PREFIX}>"):
+        for subject, count in (info.state.subjects or {}).items():
+            try:
+                lanes[lane_of(subject)] = count
+            except ValueError:
+                continue  # a subject of an older layout (crawl.tasks.<shard>): no lane to show
     return Backlog(lanes)
 
 

@@ -2,7 +2,7 @@
 
 workers        from etcd: id, host, pid, version, capacity, owned shards, age
 shards         each shard's owner (etcd) and its queued tasks per priority level: the lanes'
-               subject counts in CRAWL_TASKS (waiting and held by a worker; jobstatus.py)
+               subject counts in the task streams (waiting and held by a worker; jobstatus.py)
 frontier       the dispatch consumer's pending and unacked counts (the frontier backlog)
 tasks          queued over every shard, per level, and how many tasks were ever published
 jobs           the jobs that are paused or cancelled (KV crawl_control)
@@ -38,7 +38,6 @@ from jetcrawl.contract.topology import (
     FRONTIER_STREAM,
     RESULTS_STREAM,
     SHARDS_METADATA_KEY,
-    TASKS_STREAM,
 )
 from jetcrawl.ops.jobstatus import (
     JobStatus,
@@ -51,6 +50,7 @@ from jetcrawl.ops.jobstatus import (
     when,
 )
 from jetcrawl.plumbing.bus import connect
+from jetcrawl.plumbing.topology import task_stream_infos
 from jetcrawl.registry import read_members, read_ownership
 
 __all__ = ["Rates", "ShardRow", "Status", "WorkerRow", "read_reports", "read_status", "run_status"]
@@ -95,7 +95,7 @@ class Status:
     shards: tuple[ShardRow, ...]
     frontier_pending: int
     frontier_unacked: int
-    tasks_published: int  # CRAWL_TASKS last sequence
+    tasks_published: int  # the task streams' last sequences, summed
     results: int
     dead_letters: int
     reports: tuple[WorkerReport, ...] = ()  # the workers' latest, from KV crawl_workers
@@ -243,8 +243,8 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
     at = time.time()
     members = await read_members(settings)
     owners = await read_ownership(settings)
-    tasks = await js.stream_info(TASKS_STREAM)
-    recorded = (tasks.config.metadata or {}).get(SHARDS_METADATA_KEY)
+    tasks = await task_stream_infos(js)
+    recorded = (tasks[0].config.metadata or {}).get(SHARDS_METADATA_KEY)
     shard_count = int(recorded) if recorded else settings.shards
     backlog = await read_backlog(js)
     shards = tuple(
@@ -281,7 +281,7 @@ async def read_status(settings: Settings, js: JetStreamContext, job: str | None 
         shards=shards,
         frontier_pending=dispatch.num_pending or 0,
         frontier_unacked=dispatch.num_ack_pending or 0,
-        tasks_published=tasks.state.last_seq,
+        tasks_published=sum(info.state.last_seq for info in tasks),
         results=results.state.messages,
         dead_letters=dead.state.messages,
         reports=reports,

@@ -1,7 +1,7 @@
 """What the services share to talk to NATS and to be watched; no crawling rules here.
 
 topology.py     ``ensure``: the declared streams, consumers and buckets made so on the server
-seenleaders.py  the seen set's partitions led by different servers of the cluster
+leaders.py  the partitions' streams led by different servers of the cluster
 backoff.py      the one retry backoff, and the one wait that a stop cuts short
 deadletters.py  dead letters built from the message given up on, and published
 bus.py          connecting to NATS, and the outbox that pipelines publishes and acks

@@ -1,6 +1,6 @@
 """Job run states in KV ``crawl_control``: the changes ``jetcrawl job pause|resume|cancel`` make,
 and the watch the dispatcher and the worker keep (:mod:`jetcrawl.contract.control`);
-:func:`purge_tasks` takes a cancelled job's queued tasks out of ``CRAWL_TASKS``.
+:func:`purge_tasks` takes a cancelled job's queued tasks out of the task streams.
 
 A change is a compare-and-set on the job's record, so two commands at once cannot both cancel
 (the cancellation is recorded once) nor resume a job another just cancelled. A job without a
@@ -26,8 +26,9 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from jetcrawl.contract.control import CANCELLED, PAUSED, RUNNING, JobControl, State
 from jetcrawl.contract.errors import JetcrawlError, MessageError
-from jetcrawl.contract.topology import CONTROL_BUCKET, TASKS_STREAM, job_tasks
+from jetcrawl.contract.topology import CONTROL_BUCKET, job_tasks
 from jetcrawl.plumbing.kvwatch import KvWatch
+from jetcrawl.plumbing.topology import task_stream_infos
 
 __all__ = ["ControlStore", "ControlWatch", "JobCancelled", "purge_tasks"]
 
@@ -154,17 +155,20 @@ class ControlWatch(KvWatch):
 
 
 async def purge_tasks(nc: NATS, job: str, timeout_s: float) -> int:
-    """Remove every queued task of ``job`` (all shards and levels) from ``CRAWL_TASKS``; how
+    """Remove every queued task of ``job`` (all shards and levels) from every task stream; how
     many went. The JetStream API's answer has the count; nats-py's ``purge_stream`` drops it."""
-    reply = await nc.request(
-        f"$JS.API.STREAM.PURGE.{TASKS_STREAM}",
-        orjson.dumps({"filter": job_tasks(job)}),
-        timeout=timeout_s,
-    )
-    answer = orjson.loads(reply.data)
-    if "error" in answer:
-        APIError.from_error(answer["error"])  # raises the matching nats-py error
-    return int(answer.get("purged", 0))
+    purged = 0
+    for info in await task_stream_infos(nc.jetstream()):
+        reply = await nc.request(
+            f"$JS.API.STREAM.PURGE.{info.config.name}",
+            orjson.dumps({"filter": job_tasks(job)}),
+            timeout=timeout_s,
+        )
+        answer = orjson.loads(reply.data)
+        if "error" in answer:
+            APIError.from_error(answer["error"])  # raises the matching nats-py error
+        purged += int(answer.get("purged", 0))
+    return purged
 
 
 def _when(at: float) -> str:

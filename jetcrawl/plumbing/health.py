@@ -16,7 +16,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
 from jetcrawl.contract.settings import Settings
-from jetcrawl.contract.topology import FRONTIER_STREAM, SHARDS_METADATA_KEY, TASKS_STREAM
+from jetcrawl.contract.topology import FRONTIER_STREAM, SHARDS_METADATA_KEY, shard_tasks_stream
 
 __all__ = ["Readiness", "nats_ready", "registry_ready"]
 
@@ -61,14 +61,15 @@ def nats_ready(nc: NATS, settings: Settings) -> Check:
         if not nc.is_connected:
             return "nats: not connected"
         js = nc.jetstream()
+        tasks = shard_tasks_stream(0, settings)
         try:
             await js.stream_info(FRONTIER_STREAM)
-            tasks = await js.stream_info(TASKS_STREAM)
+            info = await js.stream_info(tasks)
         except NatsError as e:
             return f"topology: {e!r}"
-        recorded = (tasks.config.metadata or {}).get(SHARDS_METADATA_KEY)
+        recorded = (info.config.metadata or {}).get(SHARDS_METADATA_KEY)
         if recorded != str(settings.shards):
-            return f"topology: {TASKS_STREAM} has {recorded} shards, this service {settings.shards}"
+            return f"topology: {tasks} has {recorded} shards, this service {settings.shards}"
         return None
 
     return check

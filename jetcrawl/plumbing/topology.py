@@ -2,8 +2,8 @@
 declares before it starts.
 
 :func:`ensure` creates what is missing and updates what drifted, and refuses to run against a
-topology made with another shard count (recorded in the ``CRAWL_TASKS`` stream's metadata) or
-another seen-set partition count (the buckets' names and metadata); with
+topology made with another shard count (recorded in the task streams' metadata) or another
+partition count (the task streams' and seen buckets' names and metadata); with
 ``create_topology`` off it only :func:`verify`-ies. While JetStream cannot take it yet (no leader,
 replicas not placeable) it tries again with backoff for ``topology_wait_s``.
 """
@@ -23,14 +23,14 @@ from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 from jetcrawl.contract.errors import (
-    SeenPartitionsMismatch,
+    PartitionCountMismatch,
     ShardCountMismatch,
     TopologyError,
     TopologyUnavailable,
 )
 from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import (
-    SEEN_PARTITIONS_METADATA_KEY,
+    PARTITIONS_METADATA_KEY,
     SEEN_STREAM,
     SHARDS_METADATA_KEY,
     TASKS_STREAM,
@@ -38,10 +38,11 @@ from jetcrawl.contract.topology import (
     declared,
     seen_bucket,
     seen_stream,
+    tasks_stream,
 )
 from jetcrawl.plumbing.backoff import backoff_s
 
-__all__ = ["check_seen_partitions", "check_shard_count", "ensure", "verify"]
+__all__ = ["check_partitions", "check_shard_count", "ensure", "task_stream_infos", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +100,14 @@ async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
     topology = Topology.from_settings(settings)
     if not settings.create_topology:
         await check_shard_count(js, settings.shards)
-        await check_seen_partitions(js, settings.seen_partitions)
+        await check_partitions(js, settings.partitions)
         await verify(js, topology)
-        return await js.key_value(seen_bucket(0, settings.seen_partitions))
+        return await js.key_value(seen_bucket(0, settings.partitions))
     streams = {info.config.name: info for info in await _listed(js.streams_info)}
-    tasks = streams.get(TASKS_STREAM)
+    await check_partitions(js, settings.partitions)
+    tasks = streams.get(tasks_stream(0, settings.partitions))
     if tasks is not None:
         _check_shards(tasks, settings.shards)
-    await check_seen_partitions(js, settings.seen_partitions)
     for stream in topology.streams:
         have = streams.get(stream.name)
         if have is None:
@@ -131,7 +132,7 @@ async def _ensure(js: JetStreamContext, settings: Settings) -> KeyValue:
                 e,
                 consumer.num_replicas or settings.replicas,
             ) from e
-    return await js.key_value(seen_bucket(0, settings.seen_partitions))
+    return await js.key_value(seen_bucket(0, settings.partitions))
 
 
 async def _listed(page: Callable[[int], Awaitable[list[T]]]) -> list[T]:
@@ -142,36 +143,52 @@ async def _listed(page: Callable[[int], Awaitable[list[T]]]) -> list[T]:
     return entries
 
 
+async def task_stream_infos(
+    js: JetStreamContext, subjects_filter: str | None = None
+) -> list[StreamInfo]:
+    """The task streams JetStream holds, partition 0 first: ``CRAWL_TASKS``, or the K of
+    ``CRAWL_TASKS_<p>`` (K as the first records it), so that a reader needs neither the
+    partition count nor leave to list streams. NotFoundError when there are none."""
+    try:
+        return [await js.stream_info(TASKS_STREAM, subjects_filter=subjects_filter)]
+    except NotFoundError:
+        first = await js.stream_info(tasks_stream(0, 2), subjects_filter=subjects_filter)
+    k = int((first.config.metadata or {}).get(PARTITIONS_METADATA_KEY, "1"))
+    rest = [await js.stream_info(tasks_stream(p, k), subjects_filter=subjects_filter)
+            for p in range(1, k)]  # fmt: skip
+    return [first, *rest]
+
+
 async def check_shard_count(js: JetStreamContext, shards: int) -> None:
     try:
-        info = await js.stream_info(TASKS_STREAM)
+        first, *_ = await task_stream_infos(js)
     except NotFoundError:
         return
-    _check_shards(info, shards)
+    _check_shards(first, shards)
 
 
-async def check_seen_partitions(js: JetStreamContext, partitions: int) -> None:
-    """Refuse a seen set made with another partition count: a URL's mark would be looked for in
-    another bucket than the one holding it, and the URL admitted again. One partition is the
-    bucket ``crawl_seen``; K > 1 are ``crawl_seen_<p>``, each recording K in its metadata."""
-    mine = seen_stream(0, partitions)
-    other = SEEN_STREAM if partitions > 1 else seen_stream(0, 2)
-    for name in (mine, other):
-        try:
-            info = await js.stream_info(name)
-        except NotFoundError:
-            continue
-        recorded = (info.config.metadata or {}).get(SEEN_PARTITIONS_METADATA_KEY)
-        existing = 1 if name == SEEN_STREAM else int(recorded or 0)
-        if existing != partitions:
-            raise SeenPartitionsMismatch(existing=existing, wanted=partitions)
+async def check_partitions(js: JetStreamContext, partitions: int) -> None:
+    """Refuse task streams or a seen set made with another partition count: a shard's lanes
+    would be looked for in another stream than the one holding its tasks, a URL's mark in
+    another bucket (and the URL admitted again). One partition is ``CRAWL_TASKS`` and
+    ``crawl_seen``; K > 1 are ``CRAWL_TASKS_<p>`` and ``crawl_seen_<p>``, each recording K."""
+    for single, first in ((TASKS_STREAM, tasks_stream(0, 2)), (SEEN_STREAM, seen_stream(0, 2))):
+        for name in (single, first):
+            try:
+                info = await js.stream_info(name)
+            except NotFoundError:
+                continue
+            recorded = (info.config.metadata or {}).get(PARTITIONS_METADATA_KEY)
+            existing = 1 if name == single else int(recorded or 0)
+            if existing != partitions:
+                raise PartitionCountMismatch(existing=existing, wanted=partitions, stream=name)
 
 
 def _check_shards(info: StreamInfo, shards: int) -> None:
     recorded = (info.config.metadata or {}).get(SHARDS_METADATA_KEY)
     if recorded is None:
         raise TopologyError(
-            f"stream {TASKS_STREAM} exists but was not created by jetcrawl "
+            f"stream {info.config.name} exists but was not created by jetcrawl "
             "(no shard count recorded)"
         )
     if int(recorded) != shards:

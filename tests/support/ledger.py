@@ -26,14 +26,14 @@ from jetcrawl.contract.topology import (
     RESULTS_PREFIX,
     RESULTS_STREAM,
     TASKS_PREFIX,
-    TASKS_STREAM,
     lane_consumer,
     lane_of,
     seen_stream,
     seen_subject_prefix,
+    tasks_streams,
 )
 from jetcrawl.contract.urls import fingerprint
-from tests.support.streams import seen_keys, stored
+from tests.support.streams import Stored, seen_keys, stored
 
 
 def admitted_key(result: Result) -> str:
@@ -76,9 +76,9 @@ class Ledger:
         )
 
 
-async def read_ledger(js: JetStreamContext, seen_partitions: int = 1) -> Ledger:
+async def read_ledger(js: JetStreamContext, partitions: int = 1) -> Ledger:
     """The ledger as the streams hold it now (call it once the crawl is drained)."""
-    admitted = frozenset(await seen_keys(js, seen_partitions))
+    admitted = frozenset(await seen_keys(js, partitions))
     records: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     for message in await stored(js, RESULTS_STREAM):
@@ -122,23 +122,24 @@ class Tap:
         keys: Iterable[str],
         logs: dict[str, str],
         most: int = 10,
-        seen_partitions: int = 1,
+        partitions: int = 1,
     ) -> str:
         """For each of ``keys`` (lost ones): its URL, its seen mark, what the tap saw of its
         task and result, and the service log lines that name it."""
         lines = []
-        try:
-            left = {Task.from_wire(m.data).seen_key: m for m in await stored(js, TASKS_STREAM)}
-        except NatsError as e:
-            left = {}
-            lines.append(f"{TASKS_STREAM} unread: {e!r}")
+        left: dict[str, tuple[str, Stored]] = {}
+        for name in tasks_streams(partitions):
+            try:
+                left |= {Task.from_wire(m.data).seen_key: (name, m) for m in await stored(js, name)}
+            except NatsError as e:
+                lines.append(f"{name} unread: {e!r}")
         for key in sorted(keys)[:most]:
             url = self.urls.get(key, "?")
             origin = "mark unread"
-            for p in range(seen_partitions):
+            for p in range(partitions):
                 stream, prefix = (
-                    seen_stream(p, seen_partitions),
-                    seen_subject_prefix(p, seen_partitions),
+                    seen_stream(p, partitions),
+                    seen_subject_prefix(p, partitions),
                 )
                 try:
                     mark = await js.get_msg(stream, subject=f"{prefix}{key}")
@@ -150,10 +151,11 @@ class Tap:
                 f"{key} {url}: {origin}; task sent {self.tasks[key]}x, "
                 f"result sent {self.results[key]}x"
             )
-            if (task := left.get(key)) is not None:  # stranded: no consumer will deliver it?
+            if key in left:  # stranded: no consumer will deliver it?
+                name, task = left[key]
                 consumer = lane_consumer(*lane_of(task.subject))
                 try:
-                    info = await js.consumer_info(TASKS_STREAM, consumer)
+                    info = await js.consumer_info(name, consumer)
                     state = (
                         f"delivered {info.delivered.stream_seq}, "
                         f"ack floor {info.ack_floor.stream_seq}, "
@@ -161,7 +163,7 @@ class Tap:
                     )
                 except NatsError as e:
                     state = f"unread: {e!r}"
-                lines.append(f"  still in {TASKS_STREAM} at seq {task.seq}; {consumer}: {state}")
+                lines.append(f"  still in {name} at seq {task.seq}; {consumer}: {state}")
             for name, log in logs.items():
                 lines += [f"  {name}: {line}" for line in log.splitlines() if url in line][:5]
         return "\n".join(lines)
