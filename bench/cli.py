@@ -7,6 +7,7 @@
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
     python -m bench seen [--quick] [--urls N] [--memory-keys N] [--dispatchers D] [--reps N]
+                         [--replicas 3,1]
     python -m bench soak-memory [--minutes M] [--pages N] [--recrawl-after-s S] [--out DIR]
 
 The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
@@ -125,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-keys", type=int, help="keys for the memory reading (default 500k; --quick 50k)"
     )
     seen.add_argument("--dispatchers", type=int, default=2, help="dispatchers (default 2)")
+    seen.add_argument(
+        "--replicas",
+        default="3,1",
+        help="layouts: 3 (every node holds every partition), 1 (a node per partition; default 3,1)",
+    )
     seen.add_argument("--reps", type=int, help="runs of each K, interleaved (default 2; --quick 1)")
     seen.add_argument("--quick", action="store_true", help="20k URLs, 50k keys, one run each")
     seen.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -394,8 +400,11 @@ def seen_command(args: argparse.Namespace) -> int:
     reps = args.reps or (1 if args.quick else 2)
     if (cores := _other_load(QUIET_CHECK_S)) > QUIET_CORES:
         _say(f"warning: other processes use {cores:.2f} cores; the results will suffer")
+    replicas = tuple(int(r) for r in args.replicas.split(","))
+    if not replicas or any(r not in (1, 3) for r in replicas):
+        raise SystemExit(f"--replicas: 3, 1 or both, got {args.replicas!r}")
     _say(f"seen: {keys} keys for memory; {urls} URLs x {reps} runs of K=1 and K=3 on 3 nodes")
-    bench = run(measure_seen(urls, args.dispatchers, reps, args.out, keys))
+    bench = run(measure_seen(urls, args.dispatchers, reps, args.out, keys, replicas))
     _write_report(args.out, "seen", seen_markdown(bench), bench.to_dict())
     return 0
 

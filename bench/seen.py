@@ -7,12 +7,14 @@ server's RSS after each, and after a restart (what it keeps per key once the pub
 garbage and caches are gone), gives the bytes per seen key apart from those per stored task; as
 many messages on one subject, on another server, tell the per-subject state from the rest.
 
-Admissions, on a local 3-node cluster (R3, as deployed) for each partition count: once
+Admissions, on a local 3-node cluster for each partition count K and replica count R: R3 as
+deployed (every server stores every partition), and R1 with each partition placed on a server of
+its own by ``partition_tags`` (a cluster of more servers than replicas, in small). Once
 ``dispatchers`` ``python -m jetcrawl dispatcher`` processes wait on the intake, the harness
 publishes the seed messages (``PER_MESSAGE`` URLs each, pipelined) and waits for the last mark;
 admissions/s and CPU per URL (the dispatchers' and each nats-server's) are over that span. The
 busiest server's CPU per URL bounds admissions/s where each server has a core of its own, which
-a shared 2-core machine cannot show. ``--reps`` runs, interleaved K=1, K=3, ...
+a shared 2-core machine cannot show. ``--reps`` runs, interleaved K=1, K=3 for each R.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class MemoryPerKey:
 @dataclass(frozen=True, slots=True)
 class Admission:
     partitions: int
+    replicas: int
     rep: int
     urls: int
     seconds: float  # the dispatchers waiting, seeds published, to the last mark
@@ -146,8 +149,12 @@ class SeenBench:
     memory: MemoryPerKey | None = None
     admissions: list[Admission] = field(default_factory=list)
 
-    def median(self, k: int, attr: str) -> float:
-        values = [getattr(a, attr) for a in self.admissions if a.partitions == k]
+    def median(self, k: int, attr: str, replicas: int = 3) -> float:
+        values = [
+            getattr(a, attr)
+            for a in self.admissions
+            if a.partitions == k and a.replicas == replicas
+        ]
         return statistics.median(values) if values else 0.0
 
     def to_dict(self) -> dict[str, object]:
@@ -158,7 +165,8 @@ class SeenBench:
             "bytes_per_task": memory.bytes_per_task if memory else None,
             "bytes_per_subject": memory.bytes_per_subject if memory else None,
             "admissions_per_s": {
-                str(a.partitions): self.median(a.partitions, "per_s") for a in self.admissions
+                f"R{a.replicas} K{a.partitions}": self.median(a.partitions, "per_s", a.replicas)
+                for a in self.admissions
             },
         }
 
@@ -276,12 +284,21 @@ def _disk_bytes(store: Path, stream: str) -> int:
 
 
 async def measure_admission(
-    partitions: int, rep: int, n: int, dispatchers: int, work_dir: Path
+    partitions: int, replicas: int, rep: int, n: int, dispatchers: int, work_dir: Path
 ) -> Admission:
+    # R1: partition p's streams on node p+1 (server tag n<p+1>); R3: every node holds each.
+    tags = ("n1", "n2", "n3") if replicas == 1 else ()
     with tempfile.TemporaryDirectory(prefix="bench-seen-", dir=work_dir) as tmp:
-        async with NatsCluster(Path(tmp) / "cluster", 3) as cluster:
+        cluster_dir = Path(tmp) / "cluster"
+        async with NatsCluster(cluster_dir, 3, tags=[[t] for t in tags] or None) as cluster:
             urls = ",".join(cluster.urls)
-            settings = Settings(nats_url=urls, shards=SHARDS, replicas=3, partitions=partitions)
+            settings = Settings(
+                nats_url=urls,
+                shards=SHARDS,
+                replicas=replicas,
+                partitions=partitions,
+                partition_tags=tags,
+            )
             nc = await connect(settings, "bench-seen")
             try:
                 js = nc.jetstream()
@@ -289,8 +306,9 @@ async def measure_admission(
                 placed = await _spread(nc, partitions)
                 env = {
                     "JETCRAWL_SHARDS": str(SHARDS),
-                    "JETCRAWL_REPLICAS": "3",
+                    "JETCRAWL_REPLICAS": str(replicas),
                     "JETCRAWL_PARTITIONS": str(partitions),
+                    "JETCRAWL_PARTITION_TAGS": ",".join(tags),
                 }
                 procs = [
                     await _spawn_dispatcher(urls, env, Path(tmp), work_dir, f"k{partitions}-{i}")
@@ -316,7 +334,7 @@ async def measure_admission(
             finally:
                 await nc.close()
             return Admission(
-                partitions, rep, n, seconds, d_cpu, sum(per_server), placed, per_server
+                partitions, replicas, rep, n, seconds, d_cpu, sum(per_server), placed, per_server
             )
 
 
@@ -404,21 +422,30 @@ def _cpu(pids: list[int]) -> float:
 
 
 async def measure_seen(
-    urls: int, dispatchers: int, reps: int, work_dir: Path, memory_keys: int
+    urls: int,
+    dispatchers: int,
+    reps: int,
+    work_dir: Path,
+    memory_keys: int,
+    replicas: tuple[int, ...] = (3, 1),
 ) -> SeenBench:
     bench = SeenBench(urls, dispatchers)
     if memory_keys > 0:
         bench.memory = await measure_memory_per_key(memory_keys, work_dir)
     for rep in range(1, reps + 1):
-        for k in (1, 3):
-            admission = await measure_admission(k, rep, urls, dispatchers, work_dir)
-            print(
-                f"bench: seen K={k} rep {rep}: {admission.per_s:,.0f} admissions/s, "
-                f"{admission.cpu_us_per_url:.0f} CPU us/URL, leaders {admission.leaders}",
-                file=sys.stderr,
-                flush=True,
-            )
-            bench.admissions.append(admission)
+        for r in replicas:
+            for k in (1, 3):
+                admission = await measure_admission(k, r, rep, urls, dispatchers, work_dir)
+                print(
+                    f"bench: seen R{r} K={k} rep {rep}: {admission.per_s:,.0f} admissions/s, "
+                    f"{admission.cpu_us_per_url:.0f} CPU us/URL, busiest server "
+                    f"{admission.busiest_server_us_per_url:.0f} us/URL "
+                    f"{[round(c, 1) for c in admission.server_cpu_s]} s, "
+                    f"leaders {admission.leaders}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                bench.admissions.append(admission)
     return bench
 
 
@@ -450,32 +477,36 @@ def seen_markdown(bench: SeenBench) -> str:
             "",
         ]
     lines += [
-        f"Admissions, 3-node cluster (R3), {bench.dispatchers} dispatchers, "
-        f"{bench.urls:,} URLs per run (medians of {len(bench.admissions) // 2}):",
+        f"Admissions, 3-node cluster, {bench.dispatchers} dispatchers, {bench.urls:,} URLs per "
+        "run (medians); R1 places partition p on node p+1 (partition_tags), R3 stores every "
+        "partition on every node:",
         "",
-        "| partitions | admissions/s | CPU us per URL (dispatchers + nats-servers) "
+        "| replicas | partitions | admissions/s | CPU us per URL (dispatchers + nats-servers) "
         "| nats-servers' CPU us per URL | busiest server's CPU us per URL "
         "| admissions/s its one core allows | leaders |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for k in (1, 3):
-        runs = [a for a in bench.admissions if a.partitions == k]
-        if not runs:
-            continue
-        placed = ", ".join(map(str, runs[-1].leaders))
-        lines.append(
-            f"| K={k} | {bench.median(k, 'per_s'):,.0f} | {bench.median(k, 'cpu_us_per_url'):.0f} "
-            f"| {bench.median(k, 'nats_us_per_url'):.0f} "
-            f"| {bench.median(k, 'busiest_server_us_per_url'):.0f} "
-            f"| {bench.median(k, 'server_bound_per_s'):,.0f} | {placed} |"
-        )
-    k1, k3 = bench.median(1, "per_s"), bench.median(3, "per_s")
-    b1, b3 = bench.median(1, "server_bound_per_s"), bench.median(3, "server_bound_per_s")
-    if k1 and k3:
-        lines += [
-            "",
-            f"K=3 / K=1: {k3 / k1:.2f}x admissions/s measured; {b3 / b1:.2f}x what the busiest "
-            "server allows at a core per server.",
-            "",
-        ]
-    return "\n".join(lines)
+    layouts = sorted({a.replicas for a in bench.admissions}, reverse=True)
+    for r in layouts:
+        for k in (1, 3):
+            runs = [a for a in bench.admissions if a.partitions == k and a.replicas == r]
+            if not runs:
+                continue
+            placed = ", ".join(map(str, runs[-1].leaders))
+            lines.append(
+                f"| R{r} | K={k} | {bench.median(k, 'per_s', r):,.0f} "
+                f"| {bench.median(k, 'cpu_us_per_url', r):.0f} "
+                f"| {bench.median(k, 'nats_us_per_url', r):.0f} "
+                f"| {bench.median(k, 'busiest_server_us_per_url', r):.0f} "
+                f"| {bench.median(k, 'server_bound_per_s', r):,.0f} | {placed} |"
+            )
+    lines.append("")
+    for r in layouts:
+        k1, k3 = bench.median(1, "per_s", r), bench.median(3, "per_s", r)
+        b1, b3 = bench.median(1, "server_bound_per_s", r), bench.median(3, "server_bound_per_s", r)
+        if k1 and k3:
+            lines.append(
+                f"R{r}, K=3 / K=1: {k3 / k1:.2f}x admissions/s measured; {b3 / b1:.2f}x what the "
+                "busiest server allows at a core per server."
+            )
+    return "\n".join(lines) + "\n"

