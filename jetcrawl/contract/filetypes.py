@@ -29,6 +29,7 @@ __all__ = [
     "extension_rule",
     "has_extension",
     "media_types",
+    "path_end",
 ]
 
 # Scrapy's scrapy.linkextractors.IGNORED_EXTENSIONS (2.18, in its order), which Scrapy
@@ -101,11 +102,7 @@ class ExtensionRule:
         return known
 
     def _decide(self, url: str) -> bool:
-        end = len(url)
-        for mark in ("?", "#"):
-            at = url.find(mark, 0, end)
-            if at >= 0:
-                end = at
+        end = path_end(url)
         slash = url.rfind("/", 0, end)
         if slash < url.find("://") + 3 or url.find(".", slash, end) < 0:
             return True  # no path, or most pages: a last segment without a dot
@@ -119,6 +116,16 @@ class ExtensionRule:
         if not self.deny.isdisjoint(endings):
             return False
         return not self.allow or not has_extension(segment) or not self.allow.isdisjoint(endings)
+
+
+def path_end(url: str, start: int = 0) -> int:
+    """Where the part of ``url`` from ``start`` that precedes any query or fragment ends."""
+    end = len(url)
+    for delimiter in "?#":
+        found = url.find(delimiter, start, end)
+        if found >= 0:
+            end = found
+    return end
 
 
 @lru_cache(maxsize=256)

@@ -38,6 +38,7 @@ from ada_url import join_url, normalize_url
 from publicsuffixlist import PublicSuffixList
 
 from jetcrawl.contract.errors import UrlError
+from jetcrawl.contract.filetypes import path_end
 from jetcrawl.contract.settings import DEFAULT_TRACKING_PARAMS
 
 if TYPE_CHECKING:
@@ -305,16 +306,6 @@ def _remove_dot_segments(path: str) -> str:
     return "/" + "/".join(out)
 
 
-def _path_end(url: str, start: int) -> int:
-    """Where the part of ``url`` from ``start`` that precedes any query or fragment ends."""
-    end = len(url)
-    for delimiter in "?#":
-        found = url.find(delimiter, start, end)
-        if found >= 0:
-            end = found
-    return end
-
-
 def _without_fragment(url: str) -> str:
     """An absolute URL's fragment changes nothing: drop it from a cache key."""
     cut = url.find("#")
@@ -325,7 +316,7 @@ def _without_dot_segments(url: str, path_start: int) -> str:
     """``url`` (its path from ``path_start``) with RFC 3986's dot segments removed, so the ways
     of writing one URL share a cache key. A path with escapes or backslashes is left whole:
     canonicalize decodes ``%2E`` and turns backslashes into slashes before it removes them."""
-    end = _path_end(url, path_start)
+    end = path_end(url, path_start)
     path = url[path_start:end]
     if "/." not in path or "%" in path or "\\" in path:  # backslashes: browsers' slashes
         return url
