@@ -113,6 +113,17 @@ def test_a_jobs_rate_gives_tokens_at_its_pace() -> None:
     assert rates.available("j", 2.0) == 2, "at most a second's worth is saved up"
 
 
+def test_fetch_tokens_save_up_no_burst() -> None:
+    now = [0.0]
+    rates = JobRates(clock=lambda: now[0], burst_s=0.0)
+    rates.spend("j", rates.available("j", 5.0))
+    now[0] = 100.0  # a long wait (robots.txt, a host's turn) saves up one token, no more
+    assert rates.available("j", 5.0) == 1
+    rates.spend("j", 1)
+    now[0] = 100.5  # half a second at 5/s makes 2.5 tokens: one is kept
+    assert rates.available("j", 5.0) == 1
+
+
 def test_a_tasks_level_is_its_own_then_the_specs_rule_then_its_seeds_then_the_default() -> None:
     spec = JobSpec.read(
         {"name": "j", "priority": {"default": 3, "rules": [{"match": "/hot/", "level": 0}]}}

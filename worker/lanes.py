@@ -191,17 +191,23 @@ class JobRates:
     workers in proportion to the job's tasks on the shards each owns (what the lane board
     shows every worker alike), so the mesh together stays within the cap. The worker keeps two:
     one paces what a shard takes in (so capped tasks do not fill the holding), one what is
-    fetched (so tasks taken in together, or waiting for robots.txt, do not go out at once)."""
+    fetched (so tasks taken in together, or waiting for robots.txt, do not go out at once).
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    Tokens saved up while a job waits are a burst, at most ``burst_s`` seconds' worth (and one
+    token): the intake's second's worth lets a shard pull a batch; the fetches keep none, so in
+    any second a worker fetches at most one page beyond its share of the cap, and the mesh at
+    most one a worker beyond the cap."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, burst_s: float = 1.0) -> None:
         self._clock = clock
+        self._burst_s = burst_s
         self._tokens: dict[str, tuple[float, float]] = {}  # job -> (tokens, at)
 
     def available(self, job: str, rate: float) -> int:
-        """Whole tokens ``job`` has now at ``rate`` pages/s (a second's worth at most)."""
+        """Whole tokens ``job`` has now at ``rate`` pages/s (``burst_s``' worth at most)."""
         now = self._clock()
         tokens, at = self._tokens.get(job, (1.0, now))
-        tokens = min(max(1.0, rate), tokens + (now - at) * rate)
+        tokens = min(max(1.0, rate * self._burst_s), tokens + (now - at) * rate)
         self._tokens[job] = (tokens, now)
         return int(tokens)
 

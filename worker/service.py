@@ -88,7 +88,7 @@ class Worker:
         self.control: ControlWatch | None = None  # job run states, as KV crawl_control shows
         self._board: LaneBoard | None = None  # the tasks of every lane
         self._rates = JobRates()  # what shards take in of capped jobs
-        self._fetch_rates = JobRates()  # what is fetched of them
+        self._fetch_rates = JobRates(burst_s=0.0)  # what is fetched of them: no bursts
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
         self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held

@@ -184,8 +184,8 @@ def seen_streams(partitions: int) -> list[str]:
 
 
 def shard_partition(shard: int, shards: int, partitions: int) -> int:
-    """The partition holding the marks of a shard's URLs: contiguous shard ranges, so a
-    partition's URLs are those of a fixed set of hosts (their tasks' shards)."""
+    """The partition holding a shard's tasks and its URLs' marks: contiguous shard ranges, so a
+    partition's URLs are those of a fixed set of hosts."""
     return shard * partitions // shards
 
 
