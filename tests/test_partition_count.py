@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
 
 from jetcrawl.contract.deadletters import DeadLetter
 from jetcrawl.contract.errors import PartitionCountMismatch, SettingsError
@@ -53,8 +54,12 @@ K = 3
 SHARDS = 16
 
 
+def declared(settings: Settings) -> dict[str | None, StreamConfig]:
+    return {s.name: s for s in Topology.from_settings(settings).streams}
+
+
 def test_one_partition_is_the_bucket_crawl_seen_and_the_stream_crawl_tasks_as_before() -> None:
-    streams = {s.name: s for s in Topology.from_settings(Settings(shards=SHARDS)).streams}
+    streams = declared(Settings(shards=SHARDS))
     assert SEEN_STREAM in streams
     assert not any(name.startswith(f"{SEEN_STREAM}_") for name in streams)
     assert streams[SEEN_STREAM].metadata is None
@@ -64,8 +69,7 @@ def test_one_partition_is_the_bucket_crawl_seen_and_the_stream_crawl_tasks_as_be
 
 
 def test_k_partitions_are_k_buckets_over_contiguous_shard_ranges() -> None:
-    settings = Settings(shards=SHARDS, partitions=K)
-    streams = {s.name: s for s in Topology.from_settings(settings).streams}
+    streams = declared(Settings(shards=SHARDS, partitions=K))
     assert SEEN_STREAM not in streams
     names = seen_streams(K)
     assert names == ["KV_crawl_seen_0", "KV_crawl_seen_1", "KV_crawl_seen_2"]
@@ -82,7 +86,7 @@ def test_k_partitions_are_k_buckets_over_contiguous_shard_ranges() -> None:
 
 def test_k_partitions_are_k_task_streams_over_the_same_shard_ranges() -> None:
     settings = Settings(shards=SHARDS, partitions=K)
-    streams = {s.name: s for s in Topology.from_settings(settings).streams}
+    streams = declared(settings)
     assert TASKS_STREAM not in streams
     names = tasks_streams(K)
     assert names == ["CRAWL_TASKS_0", "CRAWL_TASKS_1", "CRAWL_TASKS_2"]
