@@ -191,8 +191,8 @@ class TaskProcessor:
         )
         # Politeness hand-backs per task: deliveries that were no attempt.
         self._deferrals: OrderedDict[TaskRef, int] = OrderedDict()
-        # When each task's first fetch here began (unix time): its retry
-        # budget in time. The owner's memory, as the deferrals: a new owner starts the clock.
+        # When each task's first fetch here began (unix time): its retry budget in time. The
+        # owner's memory, as the deferrals: a new owner starts the clock.
         self._first_tried: OrderedDict[TaskRef, float] = OrderedDict()
         # What the tasks held wait on now, and the tasks handed back or retried, with when they
         # are due: the tail that the progress shows.
