@@ -10,6 +10,7 @@ ceiling.py        JetStream messages/s and nats-server CPU for jetcrawl's per-pa
 memory.py         dispatcher RSS while the seen set grows (``python -m bench memory``)
 seen.py           the seen set: nats-server memory per key and per task; admissions/s and CPU
                   per URL with K=1 and K=3 partitions on a 3-node cluster (``python -m bench seen``)
+cpulimit.py       a CPU budget for one process by a cgroup: each server's, in ``bench seen``
 soak.py           dispatcher and worker RSS over a long re-crawl (``python -m bench soak-memory``)
 extract.py        extraction's CPU per page beside Scrapy's (``python -m bench extract``)
 render.py         renderer pages/s per core and RSS per browser (``python -m bench render``)

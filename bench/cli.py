@@ -7,7 +7,7 @@
     python -m bench urls [--passes N] [--out DIR]
     python -m bench extract [--quick] [--runs N] [--reps N] [--out DIR]
     python -m bench seen [--quick] [--urls N] [--memory-keys N] [--dispatchers D] [--reps N]
-                         [--replicas 3,1]
+                         [--replicas 3,1] [--server-cores C]
     python -m bench soak-memory [--minutes M] [--pages N] [--recrawl-after-s S] [--out DIR]
 
 The first starts the site (``--site``: the tree of ~5 KB pages, the default; or the realistic one,
@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--replicas",
         default="3,1",
         help="layouts: 3 (every node holds every partition), 1 (a node per partition; default 3,1)",
+    )
+    seen.add_argument(
+        "--server-cores",
+        type=float,
+        help="each nats-server's CPU budget in the admission runs (a cgroup; root needed)",
     )
     seen.add_argument("--reps", type=int, help="runs of each K, interleaved (default 2; --quick 1)")
     seen.add_argument("--quick", action="store_true", help="20k URLs, 50k keys, one run each")
@@ -404,7 +409,9 @@ def seen_command(args: argparse.Namespace) -> int:
     if not replicas or any(r not in (1, 3) for r in replicas):
         raise SystemExit(f"--replicas: 3, 1 or both, got {args.replicas!r}")
     _say(f"seen: {keys} keys for memory; {urls} URLs x {reps} runs of K=1 and K=3 on 3 nodes")
-    bench = run(measure_seen(urls, args.dispatchers, reps, args.out, keys, replicas))
+    bench = run(
+        measure_seen(urls, args.dispatchers, reps, args.out, keys, replicas, args.server_cores)
+    )
     _write_report(args.out, "seen", seen_markdown(bench), bench.to_dict())
     return 0
 

@@ -14,12 +14,15 @@ its own by ``partition_tags`` (a cluster of more servers than replicas, in small
 publishes the seed messages (``PER_MESSAGE`` URLs each, pipelined) and waits for the last mark;
 admissions/s and CPU per URL (the dispatchers' and each nats-server's) are over that span. The
 busiest server's CPU per URL bounds admissions/s where each server has a core of its own, which
-a shared 2-core machine cannot show. ``--reps`` runs, interleaved K=1, K=3 for each R.
+a shared 2-core machine cannot show; ``--server-cores C`` gives each nats-server a budget of C
+cores (bench/cpulimit.py), so that the servers, as on machines of their own, set the rate.
+``--reps`` runs, interleaved K=1, K=3 for each R.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import statistics
 import sys
@@ -33,6 +36,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from bench.ceiling import publish_all
+from bench.cpulimit import CpuLimit
 from bench.procs import child_env, read_stat
 from jetcrawl.contract.messages import Lineage, Task
 from jetcrawl.contract.settings import Settings
@@ -117,6 +121,7 @@ class Admission:
     nats_cpu_s: float  # the three servers
     leaders: list[str | None]
     server_cpu_s: list[float]  # each server's, n1 to n3
+    server_cores: float | None = None  # each server's CPU budget (None: the machine's)
 
     @property
     def busiest_server_us_per_url(self) -> float:
@@ -146,6 +151,7 @@ class Admission:
 class SeenBench:
     urls: int
     dispatchers: int
+    server_cores: float | None = None  # each nats-server's CPU budget in the admission runs
     memory: MemoryPerKey | None = None
     admissions: list[Admission] = field(default_factory=list)
 
@@ -284,7 +290,13 @@ def _disk_bytes(store: Path, stream: str) -> int:
 
 
 async def measure_admission(
-    partitions: int, replicas: int, rep: int, n: int, dispatchers: int, work_dir: Path
+    partitions: int,
+    replicas: int,
+    rep: int,
+    n: int,
+    dispatchers: int,
+    work_dir: Path,
+    server_cores: float | None = None,
 ) -> Admission:
     # R1: partition p's streams on node p+1 (server tag n<p+1>); R3: every node holds each.
     tags = ("n1", "n2", "n3") if replicas == 1 else ()
@@ -318,14 +330,19 @@ async def measure_admission(
                     await _pulling(js, dispatchers, procs)
                     nats_pids = [s.pid for s in cluster.servers if s.pid is not None]
                     d_pids = [p.pid for p in procs]
-                    started, d_before = time.monotonic(), _cpu(d_pids)
-                    s_before = [_cpu([pid]) for pid in nats_pids]
-                    await _store_seeds(Outbox(nc), n)
-                    await _admitted(js, partitions, n, procs)
-                    seconds, d_cpu = time.monotonic() - started, _cpu(d_pids) - d_before
-                    per_server = [
-                        _cpu([pid]) - b for pid, b in zip(nats_pids, s_before, strict=True)
-                    ]
+                    with contextlib.ExitStack() as limits:
+                        if server_cores is not None:  # each server its own budget
+                            for i, pid in enumerate(nats_pids, start=1):
+                                limit = CpuLimit(pid, server_cores, f"r{replicas}k{partitions}n{i}")
+                                limits.enter_context(limit)
+                        started, d_before = time.monotonic(), _cpu(d_pids)
+                        s_before = [_cpu([pid]) for pid in nats_pids]
+                        await _store_seeds(Outbox(nc), n)
+                        await _admitted(js, partitions, n, procs)
+                        seconds, d_cpu = time.monotonic() - started, _cpu(d_pids) - d_before
+                        per_server = [
+                            _cpu([pid]) - b for pid, b in zip(nats_pids, s_before, strict=True)
+                        ]
                 finally:
                     for proc in procs:
                         if proc.returncode is None:
@@ -334,7 +351,16 @@ async def measure_admission(
             finally:
                 await nc.close()
             return Admission(
-                partitions, replicas, rep, n, seconds, d_cpu, sum(per_server), placed, per_server
+                partitions,
+                replicas,
+                rep,
+                n,
+                seconds,
+                d_cpu,
+                sum(per_server),
+                placed,
+                per_server,
+                server_cores,
             )
 
 
@@ -428,14 +454,17 @@ async def measure_seen(
     work_dir: Path,
     memory_keys: int,
     replicas: tuple[int, ...] = (3, 1),
+    server_cores: float | None = None,
 ) -> SeenBench:
-    bench = SeenBench(urls, dispatchers)
+    bench = SeenBench(urls, dispatchers, server_cores)
     if memory_keys > 0:
         bench.memory = await measure_memory_per_key(memory_keys, work_dir)
     for rep in range(1, reps + 1):
         for r in replicas:
             for k in (1, 3):
-                admission = await measure_admission(k, r, rep, urls, dispatchers, work_dir)
+                admission = await measure_admission(
+                    k, r, rep, urls, dispatchers, work_dir, server_cores
+                )
                 print(
                     f"bench: seen R{r} K={k} rep {rep}: {admission.per_s:,.0f} admissions/s, "
                     f"{admission.cpu_us_per_url:.0f} CPU us/URL, busiest server "
@@ -479,7 +508,13 @@ def seen_markdown(bench: SeenBench) -> str:
     lines += [
         f"Admissions, 3-node cluster, {bench.dispatchers} dispatchers, {bench.urls:,} URLs per "
         "run (medians); R1 places partition p on node p+1 (partition_tags), R3 stores every "
-        "partition on every node:",
+        "partition on every node"
+        + (
+            f"; each nats-server limited to {bench.server_cores:g} cores (a cgroup)"
+            if bench.server_cores
+            else ""
+        )
+        + ":",
         "",
         "| replicas | partitions | admissions/s | CPU us per URL (dispatchers + nats-servers) "
         "| nats-servers' CPU us per URL | busiest server's CPU us per URL "
