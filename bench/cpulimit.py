@@ -66,15 +66,6 @@ class CpuLimit:
     ) -> None:
         self._remove()
 
-    def throttled_s(self) -> float:
-        """How long the group was held back by its budget so far (seconds)."""
-        stat = dict(
-            line.split(maxsplit=1) for line in (self.path / "cpu.stat").read_text().splitlines()
-        )
-        if self._v2:
-            return int(stat.get("throttled_usec", "0")) / 1e6
-        return int(stat.get("throttled_time", "0")) / 1e9
-
     def _remove(self) -> None:
         if not self.path.exists():
             return

@@ -301,8 +301,9 @@ async def measure_admission(
     # R1: partition p's streams on node p+1 (server tag n<p+1>); R3: every node holds each.
     tags = ("n1", "n2", "n3") if replicas == 1 else ()
     with tempfile.TemporaryDirectory(prefix="bench-seen-", dir=work_dir) as tmp:
-        cluster_dir = Path(tmp) / "cluster"
-        async with NatsCluster(cluster_dir, 3, tags=[[t] for t in tags] or None) as cluster:
+        async with NatsCluster(
+            Path(tmp) / "cluster", 3, tags=[[t] for t in tags] or None
+        ) as cluster:
             urls = ",".join(cluster.urls)
             settings = Settings(
                 nats_url=urls,
