@@ -324,7 +324,9 @@ async def measure_admission(
                     "JETCRAWL_PARTITION_TAGS": ",".join(tags),
                 }
                 procs = [
-                    await _spawn_dispatcher(urls, env, Path(tmp), work_dir, f"k{partitions}-{i}")
+                    await _spawn_dispatcher(
+                        urls, env, Path(tmp), work_dir, f"r{replicas}k{partitions}-{i}"
+                    )
                     for i in range(dispatchers)
                 ]
                 try:
