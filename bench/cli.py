@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 
 from bench.ceiling import Ceiling, measure_ceiling
+from bench.cpulimit import CpuLimitError
 from bench.extract import extract_markdown, measure_extract
 from bench.loop import run
 from bench.memory import measure_memory
@@ -409,9 +410,12 @@ def seen_command(args: argparse.Namespace) -> int:
     if not replicas or any(r not in (1, 3) for r in replicas):
         raise SystemExit(f"--replicas: 3, 1 or both, got {args.replicas!r}")
     _say(f"seen: {keys} keys for memory; {urls} URLs x {reps} runs of K=1 and K=3 on 3 nodes")
-    bench = run(
-        measure_seen(urls, args.dispatchers, reps, args.out, keys, replicas, args.server_cores)
-    )
+    try:
+        bench = run(
+            measure_seen(urls, args.dispatchers, reps, args.out, keys, replicas, args.server_cores)
+        )
+    except CpuLimitError as e:  # --server-cores without root or a cpu cgroup: say it in a line
+        raise SystemExit(f"bench seen --server-cores: {e}") from None
     _write_report(args.out, "seen", seen_markdown(bench), bench.to_dict())
     return 0
 
