@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aetcd
 import nats
@@ -167,6 +168,24 @@ async def test_a_taken_port_is_a_fatal_log_line(nats_server: NatsServer, tmp_pat
         await second.start()
     assert not second.running
     assert nats_server.running  # the first one is untouched
+
+
+async def test_a_server_that_exits_before_its_log_is_read_reports_the_log(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exit can be seen before the pipe is read; the fatal line is still the error."""
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_and_wait_for_the_exit(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        await process.wait()
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn_and_wait_for_the_exit)
+    second = NatsServer(tmp_path / "second", port=nats_server.port)
+    with pytest.raises(EmbeddedServerError, match=r"\[FTL\].*address already in use"):
+        await second.start()
+    assert not second.running
 
 
 async def test_a_missing_binary_says_how_to_install_it(

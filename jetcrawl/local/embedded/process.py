@@ -324,7 +324,11 @@ class ServerProcess(abc.ABC):
         if predicate():
             return
         if not self.running:
-            raise self._error(f"not running, so never {what}")
+            # It exited before its log was read (the exit is seen apart from the pipe): the
+            # log's end, a fatal line or the exit code, is the failure to report.
+            if self._pump is not None:
+                await asyncio.wait([self._pump])
+            raise self._failure or self._error(f"not running, so never {what}")
         waiter = (predicate, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         try:
