@@ -32,16 +32,18 @@ seeds, scope, depth limit and ``skip_binaries`` (``False``: a job that fetches e
 
 The request log ``requests`` (and ``request_counts``, keyed by ``http://host:port/path?query`` as
 requested, robots.txt included) lets a test check that nothing was fetched twice and nothing
-disallowed was fetched at all.
+disallowed was fetched at all. ``hold(peer)`` keeps the next page request from one client address
+unanswered until the test releases it (to put a fault between a fetch and what follows it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from types import TracebackType
 from typing import Literal, Self
@@ -52,7 +54,7 @@ from aiohttp import web
 from tests.support.site import levels
 from tests.support.site.model import DISALLOWED_PREFIX, TRACKING_PARAMS, Expected, Loc, Scope
 
-__all__ = ["MultiHostSite", "SiteRequest", "canonical", "extract_links"]
+__all__ = ["Hold", "MultiHostSite", "SiteRequest", "canonical", "extract_links"]
 
 FIRST_HOST_OCTET = 2  # host i listens on 127.0.0.{i + 2}
 # A jetcrawl crawl skips links to the site's binaries unless told otherwise (ignored_extensions,
@@ -70,6 +72,19 @@ class SiteRequest:
     status: int
     at: float  # time.monotonic() when the request arrived
     peer: str = ""  # the client's address: which worker asked, where each has its own
+
+
+@dataclass(slots=True)
+class Hold:
+    """The next page request (robots.txt aside) from ``peer``, unanswered until ``release()``."""
+
+    peer: str
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = ""  # the held request's, once it arrived
+
+    def release(self) -> None:
+        self.released.set()
 
 
 # --- the canonical form and link extraction a crawler is measured against ---------------------
@@ -137,6 +152,7 @@ class MultiHostSite:
         self._ports: list[int] = []
         # what the servers were asked
         self.requests: list[SiteRequest] = []
+        self._holds: dict[str, Hold] = {}
         # the rendered answers and the default crawl (filled by the first start)
         self._responses: dict[tuple[int, str], tuple[int, str, bytes]] = {}
         self._expected: Expected | None = None
@@ -177,6 +193,8 @@ class MultiHostSite:
     async def stop(self) -> None:
         """Stop serving; the ports, the expected sets and the request log stay (a later
         ``start()`` serves the same site on the same ports)."""
+        for hold in self._holds.values():
+            hold.release()
         runners, self._runners = self._runners, []
         for runner in runners:
             await runner.cleanup()
@@ -289,6 +307,11 @@ class MultiHostSite:
         """The depth a public page was generated at (private and hidden pages: -1)."""
         return self._site.entries[self.locate(url)].level
 
+    def hold(self, peer: str) -> Hold:
+        """Hold the next page request from the client address ``peer`` (see ``Hold``)."""
+        hold = self._holds[peer] = Hold(peer)
+        return hold
+
     @property
     def request_counts(self) -> Counter[str]:
         return Counter(request.url for request in self.requests)
@@ -338,6 +361,12 @@ class MultiHostSite:
         ) -> web.StreamResponse:
             url = f"http://{self.hosts[host]}{request.raw_path}"
             arrived, peer = time.monotonic(), request.remote or ""
+            hold = self._holds.get(peer)
+            if hold is not None and not request.path.endswith("/robots.txt"):
+                del self._holds[peer]
+                hold.url = url
+                hold.arrived.set()
+                await hold.released.wait()
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # e.g. 405 for a method other than GET/HEAD
