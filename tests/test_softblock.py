@@ -4,11 +4,20 @@ recorded as ``blocked``, counted per host, and their links are not followed."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.js import JetStreamContext
 
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.plumbing.metrics import WorkerMetrics
-from jetcrawl.worker.softblock import CHALLENGE_MARKERS, TINY_BODY_BYTES, soft_block
+from jetcrawl.worker.softblock import (
+    _ANY,
+    _NEEDLES,
+    _SCAN,
+    CHALLENGE_MARKERS,
+    TINY_BODY_BYTES,
+    soft_block,
+)
 from tests.support.badsite import BadSite
 from tests.test_good_citizen import crawling, drained, page, results, seed, settings_for
 
@@ -75,6 +84,15 @@ def test_every_marker_is_found_in_any_case_beside_the_words_inside_it(marker: by
     )
     assert soft_block(200, body, None) == "challenge_marker"
     assert soft_block(200, body.replace(marker.upper(), b"nothing"), None) is None
+
+
+@given(st.lists(st.sampled_from([*_NEEDLES, *(n[:-1] for n in _NEEDLES), b"x", b"-", b" "])))
+def test_the_quick_check_finds_a_needle_exactly_when_the_full_scan_does(parts: list[bytes]) -> None:
+    # soft_block stops at the leftmost search when it finds nothing: that must mean no needle
+    text = b"".join(parts)
+    assert bool(_ANY.find_matches_as_indexes(text)) == bool(
+        _SCAN.find_matches_as_indexes(text, overlapping=True)
+    )
 
 
 async def test_a_bot_wall_is_recorded_as_blocked_and_not_crawled_further(

@@ -22,7 +22,7 @@ import re
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
-from ahocorasick_rs import BytesAhoCorasick, Implementation
+from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 from selectolax.lexbor import LexborHTMLParser
 
 __all__ = ["CHALLENGE_MARKERS", "TINY_BODY_BYTES", "soft_block"]
@@ -62,6 +62,12 @@ _PASSWORD_ID: Final = len(_NEEDLES) - 1
 _MARKER_IDS: Final = range(len(CHALLENGE_MARKERS))
 _WORD_IDS: Final = range(len(CHALLENGE_MARKERS), _PASSWORD_ID)
 _SCAN: Final = BytesAhoCorasick(list(_NEEDLES), implementation=Implementation.DFA)
+# Whether any needle is there at all: a leftmost search skips ahead with a prefilter that the
+# overlapping one cannot use (~4 against ~47 us over a 30 KB page), and finds a match if and only
+# if there is one. Most pages have none and stop there.
+_ANY: Final = BytesAhoCorasick(
+    list(_NEEDLES), matchkind=MatchKind.LeftmostLongest, implementation=Implementation.DFA
+)
 
 
 def soft_block(status: int, body: bytes, redirect_to: str | None) -> str | None:
@@ -77,9 +83,9 @@ def soft_block(status: int, body: bytes, redirect_to: str | None) -> str | None:
     if not 200 <= status < 300 or not body:
         return None
     head = body[:SCAN_BYTES].lower()
-    found = {needle for needle, _, _ in _SCAN.find_matches_as_indexes(head, overlapping=True)}
-    if not found:
+    if not _ANY.find_matches_as_indexes(head):
         return None  # most pages
+    found = {needle for needle, _, _ in _SCAN.find_matches_as_indexes(head, overlapping=True)}
     if not found.isdisjoint(_MARKER_IDS):
         return "challenge_marker"
     tiny = len(body) < TINY_BODY_BYTES  # then ``head`` is the whole body
