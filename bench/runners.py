@@ -251,6 +251,8 @@ def run_system(
     problems += check(result, expected_for(name, ctx), stats, name)
     if stats.refetches:
         notes.append(f"{stats.refetches} requests for URLs already fetched")
+    if tail := last_host_alone(stats):
+        notes.append(tail)
     span_cpu, span_roles = _span_cpu(done.monitor, stats)
     return RunResult(
         system=name,
@@ -385,6 +387,21 @@ def _read(name: str, output: Path) -> Output:
         else:
             out.fetched[url] = record.get("status") or 0
     return out
+
+
+def last_host_alone(stats: SiteStats, share: float = 0.05) -> str | None:
+    """A line naming the host the site heard from last, when it went on alone for more than
+    ``share`` of the span (a slow host set the span, not the crawl's pace); else None."""
+    ends = sorted((end, name) for name, (_, end) in stats.hosts.items())
+    if len(ends) < 2 or stats.span_s <= 0:
+        return None
+    (before, _), (last, host) = ends[-2:]
+    if last - before <= share * stats.span_s:
+        return None
+    return (
+        f"the last host ({host}) went on alone for the last {last - before:.2f} s "
+        f"of the {stats.span_s:.2f} s span"
+    )
 
 
 def check(out: Output, expected: Expected, stats: SiteStats, name: str) -> list[str]:

@@ -23,7 +23,15 @@ from bench.cli import COMPILED_PACKAGES, build_parser, byte_compile, main
 from bench.extract import TASKS
 from bench.procs import UNKNOWN_ROLE, TreeMonitor
 from bench.report import Report
-from bench.runners import Context, Output, RunResult, check, classify, expected_for
+from bench.runners import (
+    Context,
+    Output,
+    RunResult,
+    check,
+    classify,
+    expected_for,
+    last_host_alone,
+)
 from bench.siteserver import SiteServer, SiteStats
 from bench.urls import measure_urls, urls_markdown
 from tests.support.site.tree import SiteSpec, generate
@@ -317,6 +325,19 @@ def test_the_site_server_answers_http_1_1_and_counts_what_was_asked(tmp_path: Pa
     assert stats.requests == 4  # /, the redirect, the page, /nowhere
     root = f"http://{authority}"
     assert stats.counts[f"{root}/"] == 1 and stats.counts[f"{root}{page}?utm_source=x"] == 1
+    first, last = stats.hosts[authority]
+    assert stats.first == first <= last == stats.last, "one host: its span is the site's"
+
+
+def test_a_host_that_goes_on_alone_is_named_when_it_sets_the_span() -> None:
+    def stats(*ends: float) -> SiteStats:
+        hosts = {f"h{i}:80": (0.0, end) for i, end in enumerate(ends)}
+        return SiteStats(first=0.0, last=max(ends), hosts=hosts)
+
+    assert last_host_alone(stats(9.0, 9.9, 10.0)) is None, "the hosts ended together"
+    assert last_host_alone(stats(10.0)) is None, "one host is no tail"
+    line = last_host_alone(stats(8.0, 9.0, 10.0))
+    assert line == "the last host (h2:80) went on alone for the last 1.00 s of the 10.00 s span"
 
 
 def _run(system: str, cpu_ms_per_page: float, pages: int = 1000, rep: int = 0) -> RunResult:
