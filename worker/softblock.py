@@ -63,8 +63,8 @@ _MARKER_IDS: Final = range(len(CHALLENGE_MARKERS))
 _WORD_IDS: Final = range(len(CHALLENGE_MARKERS), _PASSWORD_ID)
 _SCAN: Final = BytesAhoCorasick(list(_NEEDLES), implementation=Implementation.DFA)
 # Whether any needle is there at all: a leftmost search skips ahead with a prefilter that the
-# overlapping one cannot use (~4 against ~47 us over a 30 KB page), and finds a match if and only
-# if there is one. Most pages have none and stop there.
+# overlapping one cannot use (a tenth of its time, bench/RESULTS.md), and finds a match if and
+# only if there is one. Most pages have none and stop there.
 _ANY: Final = BytesAhoCorasick(
     list(_NEEDLES), matchkind=MatchKind.LeftmostLongest, implementation=Implementation.DFA
 )
