@@ -392,7 +392,7 @@ def _read(name: str, output: Path) -> Output:
 def last_host_alone(stats: SiteStats, share: float = 0.05) -> str | None:
     """A line naming the host the site heard from last, when it went on alone for more than
     ``share`` of the span (a slow host set the span, not the crawl's pace); else None."""
-    ends = sorted((end, name) for name, (_, end) in stats.hosts.items())
+    ends = sorted((end, name) for name, end in stats.hosts.items())
     if len(ends) < 2 or stats.span_s <= 0:
         return None
     (before, _), (last, host) = ends[-2:]

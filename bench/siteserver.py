@@ -61,8 +61,8 @@ class SiteStats:
     first: float = 0.0  # epoch seconds of the first and last request (robots.txt included)
     last: float = 0.0
     counts: Counter[str] = field(default_factory=Counter)  # URL as requested -> requests
-    # authority -> epoch seconds of its first and last request (robots.txt included)
-    hosts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # authority -> epoch seconds of its last request (robots.txt included)
+    hosts: dict[str, float] = field(default_factory=dict)
 
     @property
     def span_s(self) -> float:
@@ -173,10 +173,9 @@ class SiteServer:
                 lasts.append(part["last"])
             for host, target, count in part["counts"]:
                 merged.counts[f"http://{self.authorities[host]}{target}"] += count
-            for host, (first, last) in part["hosts"]:
+            for host, last in part["hosts"]:
                 name = self.authorities[host]
-                was = merged.hosts.get(name, (first, last))
-                merged.hosts[name] = (min(was[0], first), max(was[1], last))
+                merged.hosts[name] = max(merged.hosts.get(name, last), last)
         merged.first = min(firsts, default=0.0)
         merged.last = max(lasts, default=0.0)
         return merged
@@ -213,7 +212,7 @@ class _Counters:
         self.first = 0.0
         self.last = 0.0
         self.counts: Counter[tuple[int, str]] = Counter()
-        self.hosts: dict[int, list[float]] = {}  # host -> [first, last] request time
+        self.hosts: dict[int, float] = {}  # host -> its last request's time
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -362,7 +361,7 @@ async def _serve(spec: BenchSpec, fds: list[int], authorities: list[str]) -> Non
         if not counters.first:
             counters.first = now
         counters.last = now
-        counters.hosts.setdefault(host, [now, now])[1] = now
+        counters.hosts[host] = now
         if target == "/robots.txt":
             counters.robots += 1
         else:

@@ -23,7 +23,7 @@ import itertools
 import signal
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,9 +106,18 @@ class Partitioned:
             await self.mesh.start("worker", name, prefix=self.node(node).prefix)
         await self.mesh.wait_ownership(set(workers), within_s=START_WITHIN_S)
 
-    async def cut_for(self, a: Node, *others: Node, seconds: float = CUT_S) -> None:
+    async def cut_for(
+        self,
+        a: Node,
+        *others: Node,
+        seconds: float = CUT_S,
+        on_cut: Callable[[], object] | None = None,
+    ) -> None:
+        """Cut ``a`` from ``others`` for ``seconds``; ``on_cut`` is called once the cut is in."""
         await self.net.cut(a, *others)
         try:
+            if on_cut is not None:
+                on_cut()
             await asyncio.sleep(seconds)  # the fault
         finally:
             await self.net.heal(a, *others)
@@ -147,7 +156,8 @@ def leaving_name(p: Partitioned) -> str:
 def hosting_worker(p: Partitioned) -> str:
     """One of ``WORKERS`` that owns the shard of one of the site's hosts, w3 if it does."""
     owners = assign(p.mesh.settings.shards, list(WORKERS))
-    return next(w for w in reversed(WORKERS) if any(owners[s] == w for s in hosted_shards(p)))
+    hosting = {owners[s] for s in hosted_shards(p)}
+    return next(w for w in reversed(WORKERS) if w in hosting)
 
 
 def moved_hosts(p: Partitioned) -> set[str]:
@@ -285,12 +295,8 @@ async def test_a_worker_cut_from_nats_holds_its_results_and_fetches_nothing_twic
     held = p.site.hold(cut.address)  # a page it fetches, answered once the cut is in place
     async with asyncio.timeout(p.pace.floor_s):
         await held.arrived.wait()
-    await p.net.cut(cut, *p.nats_nodes)
-    try:
-        held.release()  # its result is published into the cut
-        await asyncio.sleep(NATS_CUT_S)  # the fault
-    finally:
-        await p.net.heal(cut, *p.nats_nodes)
+    # once the cut is in, its result is published into it
+    await p.cut_for(cut, *p.nats_nodes, seconds=NATS_CUT_S, on_cut=held.release)
     await p.verify(NATS_CUT_S)
     # The cut did what it does: the worker's publishes went unanswered. Its tasks outlived
     # AckWait (its in-progress acks did not get through either); whether JetStream delivered
