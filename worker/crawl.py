@@ -312,6 +312,7 @@ class TaskProcessor:
                     deferrable=a.deferrals < self._settings.max_deferrals,
                     unless=abandoned,
                     shard=a.owner.shard,
+                    level=a.task.level,
                 )
             )
         except asyncio.CancelledError:

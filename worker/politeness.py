@@ -9,7 +9,9 @@ No head-of-line blocking. A task waits for its host's turn as a coroutine that h
 (``Capacity``): the worker's fetch slots go to whichever host is ready, and a slow host's tasks
 wait beside the fast hosts' instead of in front of them. Waiting tasks are kept alive with
 in-progress acks (:mod:`jetcrawl.worker.keepalive`), so they may wait longer than AckWait, and
-waiting costs no JetStream delivery: it is never counted as an attempt.
+waiting costs no JetStream delivery: it is never counted as an attempt. A host's waiting line goes
+by priority level (0 first), then by arrival; a task lets at most ``priority_slack`` tasks of
+lower levels go ahead of it, so a level waits behind the others but does not starve.
 
 The waiting room is bounded: the pull loops hold at most ``concurrency + waiting_max`` tasks and
 stop pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
@@ -62,10 +64,12 @@ class _Waiter:
     costs no task (an ``asyncio.Event`` raced against a timeout costs two tasks and an
     ``asyncio.wait`` per wait, and most tasks wait at least once)."""
 
-    __slots__ = ("_future", "_woken", "deferrable", "deferred_for", "wants_slot")
+    __slots__ = ("_future", "_woken", "deferrable", "deferred_for", "level", "passed", "wants_slot")
 
-    def __init__(self, deferrable: bool) -> None:
+    def __init__(self, deferrable: bool, level: int = 0) -> None:
         self.deferrable = deferrable
+        self.level = level  # its task's priority level: a lower one goes first
+        self.passed = 0  # waiters of lower levels that went ahead of it in its host's line
         self.deferred_for: float | None = None  # chosen to be handed back: nak with this delay
         self.wants_slot = False  # its turn has come and it waits for a fetch slot
         self._woken = False  # woken while not sleeping: the next sleep returns at once
@@ -108,7 +112,7 @@ class Slot:
     paused_until: float = -math.inf  # Retry-After
     mean_s: float = 0.0  # moving mean of request times, to project turns of slow servers
     promised: list[float] = field(default_factory=list)  # hand-backs' turns, ascending
-    waiting: deque[_Waiter] = field(default_factory=deque)
+    waiting: deque[_Waiter] = field(default_factory=deque)  # by level, then in arrival order
 
     def idle_at(self, now: float) -> bool:
         """Nothing waits or runs, and nothing the slot remembers constrains a next request."""
@@ -173,6 +177,7 @@ class Politeness:
         self._max_crawl_delay_s = settings.max_crawl_delay_s
         self._max_pause_s = settings.max_retry_after_s
         self._horizon_s = settings.ack_wait_s
+        self._overtakes = settings.priority_slack
         self._clock = clock
         # --- what waiting tasks need: a fetch slot, and room in the worker's holding
         self._fetch_slots = fetch_slots
@@ -212,9 +217,13 @@ class Politeness:
         deferrable: bool,
         unless: asyncio.Event,
         shard: int | None = None,
+        level: int = 0,
     ) -> Turn | Deferred | None:
         """Wait for a turn to request ``host`` (of ``shard``): a ``Turn``, ``Deferred``, or None
-        if ``unless``.
+        if ``unless``. The host's waiting line is kept by priority ``level``, then in order of
+        arrival, and a task lets at most ``priority_slack`` of lower levels go ahead of it: a
+        worker holds tasks of every level, and its holding, not its pulls, decides which of them
+        a host serves first.
 
         A granted turn holds a fetch slot and one of the host's connections until ``done``.
         Whoever sets ``unless`` calls ``wake_all()`` so that a waiting task sees it.
@@ -223,8 +232,8 @@ class Politeness:
         slot.delay_s = self.delay_for(crawl_delay_s)
         if shard is not None:
             slot.last_start = max(slot.last_start, self._handed_over.get(shard, -math.inf))
-        waiter = _Waiter(deferrable)
-        slot.waiting.append(waiter)
+        waiter = _Waiter(deferrable, level)
+        _enqueue(slot.waiting, waiter, self._overtakes)
         self._queued[host] = slot
         self.waiting += 1
         try:
@@ -374,6 +383,19 @@ class Politeness:
                 break
             del self._slots[host]
         self._prune_above = max(MAX_SLOTS, 2 * len(self._slots))
+
+
+def _enqueue(line: deque[_Waiter], waiter: _Waiter, overtakes: int) -> None:
+    """Put ``waiter`` behind every waiter of its level or a lower one, except those already
+    overtaken ``overtakes`` times: a level waits, it does not starve."""
+    if not line or line[-1].level <= waiter.level:
+        line.append(waiter)  # the common case: one level on the host, or the lowest arrives
+        return
+    at = len(line)
+    while at > 0 and line[at - 1].level > waiter.level and line[at - 1].passed < overtakes:
+        at -= 1
+        line[at].passed += 1
+    line.insert(at, waiter)  # a head put behind finds out when it next looks, and waits
 
 
 def _wake_head(slot: Slot) -> None:
