@@ -115,7 +115,7 @@ async def test_kill_9_of_a_worker_its_shards_are_owned_again_and_the_crawl_compl
     # batch per owned shard in the air, each no larger than the free room when it was asked.
     w2_shards = {shard for shard, owner in before.items() if owner == "w2"}
     redelivered = sum(1 for r in results if r.attempt > 1 and r.shard in w2_shards)
-    holding = mesh.settings.concurrency + mesh.settings.waiting_max
+    holding = mesh.settings.holding
     assert redelivered <= holding * (1 + len(w2_shards)), redelivered
 
 

@@ -66,7 +66,7 @@ async def test_metrics_and_health_follow_the_crawl(
         during = {name: await scrape(ports[name]) for name in WORKERS}
         stored_after = await mesh.result_count()
         pages = sum(s.total("jetcrawl_pages_total") for s in during.values())
-        held_max = mesh.settings.concurrency + mesh.settings.waiting_max  # tasks a worker holds
+        held_max = mesh.settings.holding  # tasks a worker holds
         assert pages <= stored_after
         assert pages >= stored_before - held_max * len(WORKERS)
         for name, samples in during.items():

@@ -145,7 +145,7 @@ async def test_a_paused_job_stops_within_two_seconds_survives_a_worker_restart_a
     # 60 pages at 0.1 s apart; paused after a few, the worker restarted during the pause.
     # AckWait is past the host's schedule: no politeness hand-back, whose memory a restart loses.
     settings = settings_for(nats_server, host_delay_s=0.1, concurrency=8, ack_wait_s=10.0)
-    held_at_most = settings.concurrency + settings.waiting_max
+    held_at_most = settings.holding
     count = 60
     async with site_with("127.0.0.2", ("p", count)) as site, dispatching(settings):
         control = await ControlStore.open(js)

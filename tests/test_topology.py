@@ -247,3 +247,12 @@ def test_the_declared_streams_and_consumers_are_the_pinned_ones() -> None:
     pinned = orjson.loads(PINNED.read_bytes())
     assert list(declared["streams"]) == list(pinned["streams"])  # in the order they are made
     assert declared == pinned
+
+
+def test_one_lane_can_fill_its_owners_whole_holding() -> None:
+    # A lane delivering fewer than the worker holds would leave its waiting room part empty, and
+    # a slow host's tasks deep in the lane unseen until the fast hosts' ahead of them are done.
+    settings = Settings(concurrency=64, buffer_max=4096, max_ack_pending=1024)
+    assert lane_config(settings, 0, 2, "default").max_ack_pending == 64 + 4096
+    larger = settings.replace(max_ack_pending=10_000)
+    assert lane_config(larger, 0, 2, "default").max_ack_pending == 10_000

@@ -91,7 +91,7 @@ class Worker:
         self._fetch_rates = JobRates(burst_s=0.0)  # what is fetched of them: no bursts
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
-        self._holding = Capacity(settings.concurrency + settings.waiting_max)  # tasks held
+        self._holding = Capacity(settings.holding)  # tasks held
         self._keepalive = KeepAlive(settings.ack_wait_s)
         self.politeness = Politeness(settings, self._capacity, self._holding)
         self._parking: Parking | None = None

@@ -48,7 +48,10 @@ PULL_WAIT_S = 2.0
 # A lane the board shows holding tasks is pulled with this wait: its tasks may all be in flight
 # (delivered to the previous owner, or to us and not yet acked).
 READY_WAIT_S = 0.05
-MAX_BATCH = 64
+# Tasks one pull asks for, at most (and at most the holding's free places). Large, so that a worker
+# whose loop is busy still fills its waiting room within a few round trips: a slow host's tasks
+# deep in the lane are then in hand, waiting for its turn, early in a crawl rather than late.
+MAX_BATCH = 512
 RETRY_PAUSE_S = 0.5
 
 

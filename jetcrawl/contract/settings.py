@@ -179,7 +179,7 @@ class Settings:
     host_concurrency: int = 1
     max_crawl_delay_s: float = DEFAULT_MAX_CRAWL_DELAY_S  # cap for robots.txt Crawl-delay
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S  # cap for a 429/503 Retry-After pause
-    buffer_max: int = 0  # tasks waiting for their host per worker; 0: 4 x concurrency
+    buffer_max: int = 0  # tasks waiting for their host per worker; 0: 64 x concurrency
     max_deferrals: int = DEFAULT_MAX_DEFERRALS  # hand-backs of a waiting task under pressure
     retry_base_delay_s: float = 1.0  # first retry's backoff; doubles per attempt
     retry_max_delay_s: float = 60.0
@@ -367,7 +367,12 @@ class Settings:
     @property
     def waiting_max(self) -> int:
         """How many tasks a worker keeps waiting for their host (``buffer_max`` resolved)."""
-        return self.buffer_max or 4 * self.concurrency
+        return self.buffer_max or 64 * self.concurrency
+
+    @property
+    def holding(self) -> int:
+        """How many tasks a worker holds at most: fetching, or waiting for their host."""
+        return self.concurrency + self.waiting_max
 
     @property
     def keepalive_interval_s(self) -> float:

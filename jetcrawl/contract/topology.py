@@ -125,7 +125,9 @@ def lane_config(settings: Settings, shard: int, level: int, job: str) -> Consume
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=settings.ack_wait_s,
-        max_ack_pending=settings.max_ack_pending,
+        # One lane may fill its owner's whole holding (a shard of one busy job), and a waiting
+        # room that one lane cannot fill leaves the slow hosts' tasks unseen behind it.
+        max_ack_pending=max(settings.max_ack_pending, settings.holding),
         # Room for the politeness and pause hand-backs, which are no attempts (the worker
         # subtracts them); a task crashing its worker every time still ends here.
         max_deliver=settings.task_max_deliver + settings.max_deferrals,
