@@ -101,30 +101,9 @@ async def test_host_concurrency_bounds_requests_in_flight_per_host() -> None:
     p.done(b)
 
 
-async def test_a_host_serves_its_waiting_tasks_by_level_then_in_arrival_order() -> None:
-    p, _, _ = politeness()
-    running = await turn(p, "h")  # one connection: the rest wait in line
-    order: list[str] = []
-
-    async def queued(name: str, level: int) -> None:
-        got = await p.turn("h", None, deferrable=True, unless=never(), level=level)
-        assert isinstance(got, Turn)
-        order.append(name)
-        p.done(got)
-
-    # The head of the line (level 2) is put behind a level-0 arrival, and a level-1 one goes
-    # between the levels it finds.
-    waiting = []
-    for name, level in (("2a", 2), ("2b", 2), ("0a", 0), ("1a", 1), ("0b", 0), ("2c", 2)):
-        waiting.append(asyncio.create_task(queued(name, level)))
-        await asyncio.sleep(0)
-    p.done(running)
-    await asyncio.wait_for(asyncio.gather(*waiting), 1)
-    assert order == ["0a", "0b", "1a", "2a", "2b", "2c"]
-
-
-async def test_a_waiting_task_is_overtaken_by_at_most_priority_slack_tasks() -> None:
-    p, _, _ = politeness(priority_slack=2)
+async def served(p: Politeness, arrivals: tuple[tuple[str, int], ...]) -> list[str]:
+    """The order one host serves ``arrivals`` (name, level) in, queued behind a running request
+    (one connection) in the order given."""
     running = await turn(p, "h")
     order: list[str] = []
 
@@ -135,13 +114,26 @@ async def test_a_waiting_task_is_overtaken_by_at_most_priority_slack_tasks() -> 
         p.done(got)
 
     waiting = []
-    for name, level in (("3a", 3), ("1a", 1), ("0a", 0), ("0b", 0), ("0c", 0)):
+    for name, level in arrivals:
         waiting.append(asyncio.create_task(queued(name, level)))
         await asyncio.sleep(0)
     p.done(running)
     await asyncio.wait_for(asyncio.gather(*waiting), 1)
+    return order
+
+
+async def test_a_host_serves_its_waiting_tasks_by_level_then_in_arrival_order() -> None:
+    # The head of the line (level 2) is put behind a level-0 arrival, and a level-1 one goes
+    # between the levels it finds.
+    arrivals = (("2a", 2), ("2b", 2), ("0a", 0), ("1a", 1), ("0b", 0), ("2c", 2))
+    assert await served(politeness()[0], arrivals) == ["0a", "0b", "1a", "2a", "2b", "2c"]
+
+
+async def test_a_waiting_task_is_overtaken_by_at_most_priority_slack_tasks() -> None:
     # 3a lets 1a and 0a go ahead, then no more: 0b and 0c wait behind it.
-    assert order == ["0a", "1a", "3a", "0b", "0c"]
+    arrivals = (("3a", 3), ("1a", 1), ("0a", 0), ("0b", 0), ("0c", 0))
+    p = politeness(priority_slack=2)[0]
+    assert await served(p, arrivals) == ["0a", "1a", "3a", "0b", "0c"]
 
 
 async def test_a_waiting_task_takes_a_fetch_slot_only_for_its_turn() -> None:
