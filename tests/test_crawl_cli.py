@@ -30,6 +30,7 @@ from aiohttp import web
 from nats.js import JetStreamContext
 
 from bench.runners import stored_messages_in
+from jetcrawl.cli.commands import EXIT_NOTHING_FETCHED
 from jetcrawl.contract.messages import Result
 from jetcrawl.contract.urls import host_of, shard_of
 from jetcrawl.local.children import MAX_RESTARTS
@@ -713,6 +714,21 @@ async def test_unknown_setting_is_named_and_nothing_starts(tmp_path: Path) -> No
     assert "Traceback" not in finished.stderr
     assert finished.stdout == ""
     assert finished.leftovers == []
+
+
+async def test_more_partitions_than_a_local_crawl_has_shards_is_named_and_nothing_starts(
+    tmp_path: Path,
+) -> None:
+    args = ("http://127.0.0.1:9/", "--workers", "2", "--set", "partitions=3")
+    finished = await crawl(tmp_path / "refused", *args, shards=None)
+    assert finished.returncode == 2, finished.explain()
+    assert "setting partitions" in finished.stderr and "--workers N" in finished.stderr
+    assert "started nats-server" not in finished.stderr, "refused before any server starts"
+    assert finished.leftovers == []
+    # Shards chosen with --set are the crawl's, as with --shards (the seed cannot be fetched)
+    finished = await crawl(tmp_path / "chosen", *args, "--set", "shards=3", shards=None)
+    assert finished.returncode == EXIT_NOTHING_FETCHED, finished.explain()
+    assert "CRAWL_TASKS_2" in finished.stderr, finished.explain()
 
 
 async def test_missing_seed_is_a_usage_error(tmp_path: Path) -> None:

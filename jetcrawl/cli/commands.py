@@ -28,7 +28,7 @@ from jetcrawl.cli.services import run_dispatcher, run_renderer, run_sink, run_wo
 from jetcrawl.cli.settings import settings_from
 from jetcrawl.contract.errors import UrlError, UsageError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
-from jetcrawl.contract.settings import ENV_PREFIX, Settings
+from jetcrawl.contract.settings import ENV_PREFIX, Settings, parse_assignments
 
 # Exit statuses of `jetcrawl crawl` (README, "Exit status"): 0 a crawl that fetched pages, 1 one
 # that fetched none (its last lines say why), 2 bad input or a server or service that failed,
@@ -241,7 +241,8 @@ async def _crawl(
 
 
 def _shards_chosen(args: argparse.Namespace) -> bool:
-    return args.shards is not None or f"{ENV_PREFIX}SHARDS" in os.environ
+    chosen_by_set = "shards" in parse_assignments(args.assignments or [])
+    return args.shards is not None or chosen_by_set or f"{ENV_PREFIX}SHARDS" in os.environ
 
 
 def cmd_sink(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from jetcrawl.contract.deadletters import DeadLetter
-from jetcrawl.contract.errors import JetcrawlError, MessageError
+from jetcrawl.contract.errors import JetcrawlError, MessageError, SettingsError
 from jetcrawl.contract.fetchpolicy import FetchPolicy
 from jetcrawl.contract.messages import WorkerReport
 from jetcrawl.contract.settings import Settings
@@ -274,12 +274,17 @@ async def _servers(
     """
     changes: dict[str, Any] = {}
     if settings.nats_url == Settings().nats_url:
+        if local_shards is not None:
+            changes["shards"] = local_shards
+            try:  # what the shard count refuses (partitions) is refused before anything starts
+                settings.replace(**changes)
+            except SettingsError as e:
+                hint = "a local crawl has a shard per worker: --workers N, or --shards N"
+                raise SettingsError(e.name, f"{e.problem} ({hint})") from None
         nats_server = NatsServer(workdir / "nats", threads=nats_threads(workers))
         await nats_server.start()
         stack.push_async_callback(nats_server.kill)
         changes["nats_url"] = nats_server.url
-        if local_shards is not None:
-            changes["shards"] = local_shards
         log.info("started nats-server at %s", nats_server.url)
     if settings.etcd_url == Settings().etcd_url:
         etcd = EtcdServer(workdir / "etcd", threads=1)
