@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from jetcrawl.worker.capacity import Capacity
+from jetcrawl.contract.settings import Settings
+from jetcrawl.worker.capacity import Capacity, room_for
 
 
 async def settle() -> None:
@@ -65,3 +66,25 @@ async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert capacity._waiters == []
+
+
+def test_the_waiting_room_is_seconds_of_the_pace_within_its_bounds() -> None:
+    settings = Settings(concurrency=64, ack_wait_s=30.0)  # the room: 5 s of the pace
+    assert room_for(settings, 0.0) == 4 * 64, "no pace yet: the floor"
+    assert room_for(settings, 100.0) == 500
+    assert room_for(settings, 10_000.0) == 64 * 64 == settings.waiting_max
+    assert room_for(settings.replace(buffer_max=40), 10_000.0) == 40, "set: the user's"
+
+
+async def test_a_resized_limit_holds_what_was_taken_and_wakes_waiters_when_it_grows() -> None:
+    capacity, never = Capacity(2), asyncio.Event()
+    assert await capacity.take(never) and await capacity.take(never)
+    capacity.resize(1)
+    assert capacity.free_slots == -1
+    capacity.release()
+    waiting = asyncio.create_task(capacity.take(never))
+    await settle()
+    assert not waiting.done(), "one taken, the limit one: nothing free"
+    capacity.resize(3)
+    assert await asyncio.wait_for(waiting, 5)
+    assert (capacity.in_flight, capacity.free_slots) == (2, 1)

@@ -220,6 +220,39 @@ async def test_a_slow_host_does_not_hold_up_fast_hosts_in_its_shard(
     assert {r.attempt for r in crawled.values()} == {1}, "hand-backs are not attempts"
 
 
+async def test_the_waiting_room_follows_the_workers_pace(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # No buffer_max: the worker holds its 4 fetches and AckWait/6 (2 s) of its pace, 16 to 256
+    # tasks. A polite host (Crawl-delay 0.05 s, ~20 pages/s) gets a room of ~40, not its 80
+    # pages; six fast hosts then a room far past the floor.
+    settings = settings_for(nats_server, ack_wait_s=12.0, host_concurrency=4)
+    polite = site_of("127.0.0.2", 80, robots="User-agent: *\nCrawl-delay: 0.05\n")
+    fast = [site_of(f"127.0.0.{n + 3}", 60) for n in range(6)]
+    async with contextlib.AsyncExitStack() as stack:
+        for site in (polite, *fast):
+            await stack.enter_async_context(site)
+        worker = await stack.enter_async_context(crawling(settings))
+        seen: list[tuple[int, int]] = []  # (held, room)
+
+        async def watch() -> None:
+            while True:
+                seen.append((worker.held, worker.room))
+                await asyncio.sleep(0.01)
+
+        watching = asyncio.create_task(watch())
+        await seed(js, [polite.url("/")])
+        await drained(js)
+        polite_seen, seen[:] = list(seen), []
+        await seed(js, [site.url("/") for site in fast])
+        await drained(js)
+        watching.cancel()
+    assert len(await results(js)) == 81 + 6 * 61
+    assert max(held for held, _ in polite_seen) <= 4 + 60, "a few seconds of the polite pace"
+    assert min(room for _, room in polite_seen) == 16, "the floor, before any pace"
+    assert max(room for _, room in seen) >= 100, "the fast hosts' pace: a larger room"
+
+
 async def test_a_worker_whose_holding_fills_still_drains_on_the_hosts_schedule(
     nats_server: NatsServer, js: JetStreamContext
 ) -> None:

@@ -13,8 +13,9 @@ waiting costs no JetStream delivery: it is never counted as an attempt. A host's
 by priority level (0 first), then by arrival; a task lets at most ``priority_slack`` tasks of
 lower levels go ahead of it, so a level waits behind the others but does not starve.
 
-The waiting room is bounded: the pull loops hold at most ``concurrency + waiting_max`` tasks and
-stop pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
+The waiting room is bounded: the pull loops hold at most ``concurrency`` tasks and a room of
+seconds of the worker's pace (or ``buffer_max``, :mod:`jetcrawl.worker.capacity`), and stop
+pulling when that is full. So that a slow host cannot fill it and block the fast hosts'
 tasks queued behind its own in the shard, a full room makes room (``make_room``): the waiting
 tasks whose turn is furthest away, and beyond the horizon (AckWait), are handed back to JetStream
 with ``nak(delay)`` timed for their own turn on the host's schedule, moved only off a turn already
@@ -237,7 +238,7 @@ class Politeness:
         self._queued[host] = slot
         self.waiting += 1
         try:
-            if self._holding.free_slots == 0:
+            if self._holding.free_slots <= 0:
                 self.make_room()
             while True:
                 if waiter.deferred_for is not None:
@@ -284,7 +285,7 @@ class Politeness:
         slot = self._slot(host)
         slot.paused_until = max(slot.paused_until, self._clock() + min(seconds, self._max_pause_s))
         _wake_head(slot)
-        if self._holding.free_slots == 0:
+        if self._holding.free_slots <= 0:
             self.make_room()
 
     def make_room(self) -> int:

@@ -12,8 +12,9 @@ from the watch of KV ``crawl_control``, and a paused job's held tasks are parked
 (:mod:`jetcrawl.worker.parking`).
 
 Two limits, shared by every shard: ``concurrency`` fetches in flight (a task takes a fetch slot
-only for its host's turn, :mod:`jetcrawl.worker.politeness`), and ``concurrency + waiting_max``
-tasks held (pulled and not yet acked: in flight, reading robots.txt or waiting for their host).
+only for its host's turn, :mod:`jetcrawl.worker.politeness`), and ``concurrency`` plus a waiting
+room sized to the worker's pace (:mod:`jetcrawl.worker.capacity`) tasks held (pulled and not yet
+acked: in flight, reading robots.txt or waiting for their host).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from jetcrawl.plumbing.control import ControlWatch
 from jetcrawl.plumbing.metrics import WorkerMetrics
 from jetcrawl.plumbing.specs import SpecWatch
 from jetcrawl.plumbing.topology import ensure
-from jetcrawl.worker.capacity import Capacity
+from jetcrawl.worker.capacity import Capacity, room_for
 from jetcrawl.worker.crawl import CrawlStats, TaskProcessor
 from jetcrawl.worker.fetcher import Fetcher
 from jetcrawl.worker.jobs import Jobs
@@ -59,6 +60,8 @@ from jetcrawl.worker.validators import Validators
 log = logging.getLogger(__name__)
 
 WAITING_ON_REPORTED = 5  # the longest waits a report names
+ROOM_EVERY_S = 0.5  # how often the waiting room follows the worker's pace
+PACE_FALL = 0.2  # a slower pace weighs this much at each look; a faster one is taken at once
 
 
 class Worker:
@@ -91,7 +94,7 @@ class Worker:
         self._fetch_rates = JobRates(burst_s=0.0)  # what is fetched of them: no bursts
         # shards, limits and politeness
         self._capacity = Capacity(settings.concurrency)  # fetches in flight
-        self._holding = Capacity(settings.holding)  # tasks held
+        self._holding = Capacity(settings.concurrency + room_for(settings, 0.0))  # tasks held
         self._keepalive = KeepAlive(settings.ack_wait_s)
         self.politeness = Politeness(settings, self._capacity, self._holding)
         self._parking: Parking | None = None
@@ -171,6 +174,8 @@ class Worker:
             tg.create_task(self.specs.run(self._stopping))
             tg.create_task(self.control.run(self._stopping))
             tg.create_task(self._board.run(self._stopping))
+            if not self._settings.buffer_max:
+                tg.create_task(self._pace_room())
             await self.specs.wait_ready()  # no task is crawled without its job's spec
             await self.control.wait_ready()  # nor a paused job's
             following = tg.create_task(self._follow_control(self.control))
@@ -189,6 +194,19 @@ class Worker:
                 reporting.cancel()
                 await self._reporter.report()  # the hand-backs it leaves due
         self._tg = None
+
+    async def _pace_room(self) -> None:
+        """Size the waiting room to the worker's pace (:func:`room_for`) until ``stop()``: the
+        tasks it finishes, not the places freed (a hand-back frees one, and the room it makes
+        must not grow the room)."""
+        pace = 0.0
+        finished, at = self.stats.tasks, time.monotonic()
+        while not await wait_set(self._stopping, ROOM_EVERY_S):
+            now = time.monotonic()
+            latest = (self.stats.tasks - finished) / (now - at)
+            finished, at = self.stats.tasks, now
+            pace = max(latest, (1 - PACE_FALL) * pace + PACE_FALL * latest)
+            self._holding.resize(self._settings.concurrency + room_for(self._settings, pace))
 
     async def _follow_control(self, control: ControlWatch) -> None:
         """Wake every shard's puller when a job's state changes (a resumed job's lanes)."""
@@ -252,6 +270,11 @@ class Worker:
     def in_flight(self) -> int:
         """Fetches running now (at most ``concurrency``)."""
         return self._capacity.in_flight
+
+    @property
+    def room(self) -> int:
+        """Tasks the worker holds now beside its fetch slots, at most (its waiting room)."""
+        return self._holding.limit - self._settings.concurrency
 
     @property
     def held(self) -> int:

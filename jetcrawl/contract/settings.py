@@ -179,7 +179,9 @@ class Settings:
     host_concurrency: int = 1
     max_crawl_delay_s: float = DEFAULT_MAX_CRAWL_DELAY_S  # cap for robots.txt Crawl-delay
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S  # cap for a 429/503 Retry-After pause
-    buffer_max: int = 0  # tasks waiting for their host per worker; 0: 64 x concurrency
+    # Tasks waiting for their host per worker; 0: about ack_wait_s / 6 of the worker's pace,
+    # 4 to 64 x concurrency (worker/capacity.py)
+    buffer_max: int = 0
     max_deferrals: int = DEFAULT_MAX_DEFERRALS  # hand-backs of a waiting task under pressure
     retry_base_delay_s: float = 1.0  # first retry's backoff; doubles per attempt
     retry_max_delay_s: float = 60.0
@@ -366,7 +368,8 @@ class Settings:
 
     @property
     def waiting_max(self) -> int:
-        """How many tasks a worker keeps waiting for their host (``buffer_max`` resolved)."""
+        """How many tasks a worker keeps waiting for their host at most: ``buffer_max``, else
+        the most its pace may call for."""
         return self.buffer_max or 64 * self.concurrency
 
     @property
