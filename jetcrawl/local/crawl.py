@@ -275,9 +275,8 @@ async def _servers(
     changes: dict[str, Any] = {}
     if settings.nats_url == Settings().nats_url:
         if local_shards is not None:
-            changes["shards"] = local_shards
             try:  # what the shard count refuses (partitions) is refused before anything starts
-                settings.replace(**changes)
+                settings = settings.replace(shards=local_shards)
             except SettingsError as e:
                 hint = "a local crawl has a shard per worker: --workers N, or --shards N"
                 raise SettingsError(e.name, f"{e.problem} ({hint})") from None
