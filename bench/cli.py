@@ -324,6 +324,7 @@ def _meta(
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores, {_cpu_model()}",
+        "cores": os.cpu_count() or 0,
         "python": platform.python_version(),
         "jetcrawl_commit": _jetcrawl_commit(ctx.out_dir),
         "versions": ", ".join(

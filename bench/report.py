@@ -116,12 +116,43 @@ class Report:
         runs = [r for r in self.runs if r.system == system]
         return sum(r.exact for r in runs), len(runs)
 
-    def role_ms_per_page(self, system: str) -> dict[str, Stat]:
+    def role_ms_per_page(self, system: str, *, span: bool = False) -> dict[str, Stat]:
+        """CPU ms per page by process role, launch to exit (or in the crawl span)."""
         runs = [r for r in self.runs if r.system == system]
-        roles = dict.fromkeys(role for r in runs for role in r.cpu_by_role_s)
+        by_role = [r.span_cpu_by_role_s if span else r.cpu_by_role_s for r in runs]
+        roles = dict.fromkeys(role for split in by_role for role in split)
         return {
-            role: Stat.of([1000 * r.cpu_by_role_s.get(role, 0.0) / r.pages for r in runs])
+            role: Stat.of(
+                [
+                    1000 * split.get(role, 0.0) / r.pages
+                    for r, split in zip(runs, by_role, strict=True)
+                ]
+            )
             for role in roles
+        }
+
+    def workers_ceiling(self, rep: int | None = None) -> dict[str, float] | None:
+        """What this machine leaves two workers, from their runs and one worker's (medians, or
+        one repetition's): the cores the site and other load left (``cores_left``), those the
+        system used in its crawl span (``cores_used``), and the pages/s the cores left allow at
+        its CPU per page in the span (``pages_per_s``), as a multiple of one worker's
+        (``vs_one_worker``). None unless both ran and the machine's cores are known."""
+        cores = self.meta.get("cores")
+        two = [r for r in self.runs if r.system == TWO_WORKERS and rep in (None, r.rep)]
+        one = self.stat(ONE_WORKER, "pages_per_s", rep).median
+        if not cores or not two or not one:
+            return None
+        left = Stat.of([cores - r.site_cores - r.background_cores for r in two]).median
+        used = Stat.of([r.span_cpu_s / r.span_s for r in two if r.span_s > 0]).median
+        ms = self.stat(TWO_WORKERS, "span_cpu_ms_per_page", rep).median
+        if ms <= 0:
+            return None
+        rate = 1000 * left / ms
+        return {
+            "cores_left": left,
+            "cores_used": used,
+            "pages_per_s": rate,
+            "vs_one_worker": rate / one,
         }
 
     def comparisons(self, system: str, rep: int | None = None) -> dict[str, float | None]:
@@ -210,6 +241,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "meta": self.meta,
+            "workers_ceiling": self.workers_ceiling(),
             "systems": {
                 system: {
                     "metrics": {m: self.stat(system, m).to_dict() for m in METRICS},
@@ -308,8 +340,27 @@ class Report:
             "On the medians; (k/n reps): the repetitions in which the system's run met the "
             "target against the baselines' runs of the same repetition, run beside it.",
         ]
+        lines += self._workers_ceiling_md()
         lines += self._machine_scaled_md(systems)
         return lines
+
+    def _workers_ceiling_md(self) -> list[str]:
+        """Whether two workers were held back by their coordination or by the machine: a line."""
+        ceiling = self.workers_ceiling()
+        if ceiling is None:
+            return []
+        reps = sorted({r.rep for r in self.runs if r.system == TWO_WORKERS})
+        per_rep = [self.workers_ceiling(rep) for rep in reps]
+        allowed = sum(c is not None and c["vs_one_worker"] >= TARGET_WORKERS for c in per_rep)
+        return [
+            "",
+            f"What this machine leaves {TWO_WORKERS}: of its {self.meta['cores']} cores, the site "
+            f"and other load left {ceiling['cores_left']:.2f} and it used "
+            f"{ceiling['cores_used']:.2f} in its crawl span; at its CPU per page there, those "
+            f"cores allow at most {ceiling['pages_per_s']:,.0f} pages/s, "
+            f"{ceiling['vs_one_worker']:.2f}x {ONE_WORKER} ({allowed}/{len(reps)} reps at least "
+            f"{TARGET_WORKERS:g}x). " + _ceiling_verdict(ceiling),
+        ]
 
     def _machine_scaled_md(self, systems: list[str]) -> list[str]:
         """The CPU per page as it would be on the machine where the targets were set, by the two
@@ -435,12 +486,15 @@ class Report:
         )
 
     def _roles_md(self) -> list[str]:
-        by_system = {s: self.role_ms_per_page(s) for s in self.systems}
-        return _table(
-            "CPU ms per page by process (launch to exit, sampled)",
-            "process",
-            {s: stats for s, stats in by_system.items() if len(stats) > 1},
-        )
+        lines = []
+        for span, title in ((False, "launch to exit"), (True, "in the crawl span")):
+            by_system = {s: self.role_ms_per_page(s, span=span) for s in self.systems}
+            lines += _table(
+                f"CPU ms per page by process ({title}, sampled)",
+                "process",
+                {s: stats for s, stats in by_system.items() if len(stats) > 1},
+            )
+        return lines
 
     def _conditions_md(self) -> list[str]:
         site = max((r.site_cores for r in self.runs), default=0.0)
@@ -608,6 +662,19 @@ def _ratio(x: float | None) -> str:
 
 def _percent(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
+
+
+def _ceiling_verdict(ceiling: dict[str, float]) -> str:
+    if ceiling["vs_one_worker"] < TARGET_WORKERS:
+        return (
+            f"Under {TARGET_WORKERS:g}x even with every core left busy: on this machine the "
+            "cores, not the workers' coordination, hold two workers back."
+        )
+    idle = 1 - ceiling["cores_used"] / ceiling["cores_left"]
+    return (
+        f"The way from its pages/s to that ceiling is the {idle:.0%} of those cores it left idle "
+        "(its start, hosts' tails, waits on the mesh): what the workers' coordination costs."
+    )
 
 
 def _table(title: str, label: str, by_system: dict[str, dict[str, Stat]]) -> list[str]:

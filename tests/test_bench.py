@@ -427,6 +427,77 @@ def test_the_report_has_no_floor_without_the_bare_loop_or_the_ceiling() -> None:
         assert "The floor here" not in report.markdown()
 
 
+@pytest.mark.parametrize(
+    ("two_ms", "one_span_s", "rate", "ratio", "allowed", "verdict"),
+    [
+        (1.8, 1.0, 1056, 1.06, "0/1", "Under 1.3x even with every core left busy"),
+        (
+            1.8,
+            2.0,
+            1056,
+            2.11,
+            "1/1",
+            "The way from its pages/s to that ceiling is the 5% of those cores it left idle",
+        ),
+        (
+            0.8,
+            1.0,
+            2375,
+            2.38,
+            "1/1",
+            "The way from its pages/s to that ceiling is the 58% of those cores it left idle",
+        ),
+    ],
+)
+def test_the_report_says_what_the_machine_leaves_two_workers(
+    two_ms: float, one_span_s: float, rate: int, ratio: float, allowed: str, verdict: str
+) -> None:
+    # 2 cores, the site 0.1 of them: 1.9 left. Two workers spent two_ms CPU ms a page in a
+    # span of 1 s (two_ms cores), so 1.9 cores allow 1,900 / two_ms pages/s; one worker read
+    # 1,000 pages in one_span_s.
+    one = dataclasses.replace(_run("jetcrawl-1", 0.8), span_s=one_span_s)
+    report = Report(meta={**META, "cores": 2}, runs=[one, _run("jetcrawl-2", two_ms)])
+
+    ceiling = report.to_dict()["workers_ceiling"]
+    assert ceiling["cores_left"] == pytest.approx(1.9)
+    assert ceiling["cores_used"] == pytest.approx(two_ms)
+    assert ceiling["pages_per_s"] == pytest.approx(1900 / two_ms)
+    assert ceiling["vs_one_worker"] == pytest.approx(1.9 / two_ms * one_span_s)
+    assert (
+        f"left 1.90 and it used {two_ms:.2f} in its crawl span; at its CPU per page there, "
+        f"those cores allow at most {rate:,} pages/s, {ratio:.2f}x jetcrawl-1 "
+        f"({allowed} reps at least 1.3x). {verdict}"
+    ) in report.markdown()
+
+
+def test_the_report_splits_cpu_by_process_over_the_run_and_in_the_crawl_span() -> None:
+    # Start-up and the end-of-crawl check are outside the span: the span's split bounds pages/s.
+    run = dataclasses.replace(
+        _run("jetcrawl-2", 1.0),
+        cpu_by_role_s={"worker": 0.9, "crawl": 0.3},
+        span_cpu_by_role_s={"worker": 0.8, "crawl": 0.05},
+    )
+    report = Report(meta=META, runs=[run])
+
+    assert report.role_ms_per_page("jetcrawl-2")["crawl"].median == pytest.approx(0.3)
+    assert report.role_ms_per_page("jetcrawl-2", span=True)["crawl"].median == pytest.approx(0.05)
+    markdown = report.markdown()
+    launch = markdown.index("## CPU ms per page by process (launch to exit, sampled)")
+    span = markdown.index("## CPU ms per page by process (in the crawl span, sampled)")
+    assert "| crawl | 0.3 |" in markdown[launch:span]
+    assert "| crawl | 0.05 |" in markdown[span:]
+
+
+def test_the_report_leaves_the_workers_ceiling_out_without_what_it_needs() -> None:
+    both = [_run("jetcrawl-1", 0.8), _run("jetcrawl-2", 1.2)]
+    for report in (
+        Report(meta=META, runs=both),  # the machine's cores unknown (an older bench.json)
+        Report(meta={**META, "cores": 2}, runs=both[:1]),  # two workers not run
+    ):
+        assert report.workers_ceiling() is None
+        assert "What this machine leaves" not in report.markdown()
+
+
 def test_the_url_bench_times_every_canonicalizer_on_the_same_corpus() -> None:
     args = build_parser().parse_args(["urls", "--passes", "2"])
     assert (args.command, args.passes) == ("urls", 2)
