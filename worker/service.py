@@ -60,8 +60,10 @@ from jetcrawl.worker.validators import Validators
 log = logging.getLogger(__name__)
 
 WAITING_ON_REPORTED = 5  # the longest waits a report names
-ROOM_EVERY_S = 0.5  # how often the waiting room follows the worker's pace
-PACE_FALL = 0.2  # a slower pace weighs this much at each look; a faster one is taken at once
+# How often the waiting room follows the worker's pace: a crawl's first half second decides how
+# soon the tasks deep in its lanes (a slow host's, behind the fast hosts') are in hand.
+ROOM_EVERY_S = 0.1
+PACE_FALL = 0.05  # a slower pace weighs this much at each look; a faster one is taken at once
 
 
 class Worker:
