@@ -83,11 +83,6 @@ MAX_RETRY_DELAY_S = 30.0
 # each, and only failed or in-flight messages stay.
 MAX_UNFINISHED = 65_536
 SPEC_APPLIED_WITHIN_S = 10.0  # a seed's inline spec, stored, reaches this dispatcher's watch
-# A fetched batch is handled in groups of messages of at most this many bytes (a larger message
-# alone), and each group's tasks go out once it is admitted: at a crawl's start nearly every link
-# is new, a few links messages hold thousands of URLs, and their tasks would all wait for the
-# last one's admission.
-GROUP_BYTES = 16_384
 
 
 @dataclass(slots=True)
@@ -228,8 +223,7 @@ class Dispatcher:
                 log.warning("dispatch fetch failed, retrying: %r", e)
                 await self._pause(RETRY_DELAY_S)
                 continue
-            for group in groups(msgs, GROUP_BYTES):
-                await self._handle(group)
+            await self._handle(msgs)
             if len(msgs) < self._settings.dispatch_batch and self._settings.dispatch_linger_s > 0:
                 await self._pause(self._settings.dispatch_linger_s)  # let the frontier fill up
         try:
@@ -518,17 +512,3 @@ def retry_delay_s(delivered: int) -> float:
     so a flat 1 s spent them all in well under a minute of a stream without a leader; this way
     they last about seven minutes."""
     return backoff_s(delivered, RETRY_DELAY_S, MAX_RETRY_DELAY_S)
-
-
-def groups(msgs: list[Msg], max_bytes: int) -> list[list[Msg]]:
-    """``msgs`` in order, in consecutive groups of at most ``max_bytes`` of payload (a larger
-    message alone)."""
-    out: list[list[Msg]] = []
-    size = max_bytes
-    for msg in msgs:
-        if size + len(msg.data) > max_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(msg)
-        size += len(msg.data)
-    return out

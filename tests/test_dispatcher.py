@@ -17,7 +17,6 @@ import nats
 import orjson
 import pytest
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from jetcrawl.contract.messages import Discovered, Lineage, Task
@@ -34,7 +33,7 @@ from jetcrawl.contract.topology import (
 from jetcrawl.contract.urls import fingerprint, host_of, shard_of
 from jetcrawl.dispatcher import Dispatcher
 from jetcrawl.dispatcher.seen import SeenSet, SeenSetUnavailable
-from jetcrawl.dispatcher.service import groups, retry_delay_s
+from jetcrawl.dispatcher.service import retry_delay_s
 from jetcrawl.local.embedded import NatsServer
 from jetcrawl.ops.dlq import read_letters, replay
 from jetcrawl.plumbing.bus import Outbox
@@ -578,17 +577,3 @@ async def test_stop_ends_both_waiting_pulls_at_once_and_a_next_dispatcher_takes_
         async with running(settings) as successor:
             await finished(successor, 1)
         assert set((await tasks_by_url(js)).keys()) == {"http://a.example/", "http://b.example/"}
-
-
-def test_a_batch_is_handled_in_groups_of_bounded_bytes_in_order() -> None:
-    # Each group's tasks are published once the group is admitted, not once the whole batch is.
-    def sized(*sizes: int) -> list[Msg]:
-        return [Msg(_client=None, subject=f"m{i}", data=b"x" * n) for i, n in enumerate(sizes)]  # type: ignore[arg-type]
-
-    def subjects(batch: list[list[Msg]]) -> list[list[str]]:
-        return [[m.subject for m in group] for group in batch]
-
-    assert subjects(groups(sized(4, 4, 4, 4, 4), 10)) == [["m0", "m1"], ["m2", "m3"], ["m4"]]
-    assert subjects(groups(sized(3, 30, 3), 10)) == [["m0"], ["m1"], ["m2"]], "a large one alone"
-    assert subjects(groups(sized(10, 10), 10)) == [["m0"], ["m1"]]
-    assert groups([], 10) == []
