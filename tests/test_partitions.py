@@ -32,7 +32,7 @@ import pytest
 from jetcrawl.contract.topology import TASKS_STREAM
 from jetcrawl.contract.urls import shard_of
 from jetcrawl.local.embedded import EtcdServer, NatsCluster
-from jetcrawl.plumbing.bus import PUBLISH_TIMEOUT_S
+from jetcrawl.plumbing.bus import EXPIRY_CHECKS_PER_TIMEOUT, PUBLISH_TIMEOUT_S
 from jetcrawl.registry import assign
 from tests.support.ledger import Ledger
 from tests.support.mesh import Mesh
@@ -62,7 +62,10 @@ class Pace:
 SLOW = Pace(pages_per_host=12, host_delay_s=1.0)
 SLACK_S = 20.0  # elections, a lease's expiry, AckWait and a reconnect after the heal
 CUT_S = 6.0  # longer than AckWait and the lease TTL below
-NATS_CUT_S = PUBLISH_TIMEOUT_S + 2  # a worker's publish gets no answer, and is tried again
+# A worker's publish gets no answer, and is tried again: a publish fails 1 to 1.25 timeouts after
+# it went out (the outbox looks for overdue acks EXPIRY_CHECKS_PER_TIMEOUT times a timeout), and
+# the cut starts before the held page is answered.
+NATS_CUT_S = PUBLISH_TIMEOUT_S * (1 + 1 / EXPIRY_CHECKS_PER_TIMEOUT) + 2
 ARRIVAL_JITTER_S = 0.05  # a request spaced by the delay at the worker may arrive a little early
 WORKERS = ("w1", "w2", "w3")
 SITE_SEED = 3030
