@@ -43,12 +43,12 @@ from jetcrawl.local.embedded import EtcdServer, NatsCluster, NatsServer
 from jetcrawl.ops.jobstatus import check_known, read_backlog
 from jetcrawl.plumbing.bus import Outbox, connect
 from jetcrawl.plumbing.control import purge_tasks
-from jetcrawl.plumbing.leaders import leaders
+from jetcrawl.plumbing.leaders import leaders, spread_leaders
 from jetcrawl.plumbing.topology import ensure
 from tests.support.ledger import read_ledger
 from tests.support.mesh import Mesh
 from tests.support.site import MultiHostSite
-from tests.support.streams import eventually, seen_keys, stored
+from tests.support.streams import eventually, read_until, seen_keys, stored
 
 K = 3
 SHARDS = 16
@@ -294,6 +294,31 @@ async def test_poison_tasks_at_one_sequence_of_two_task_streams_are_two_dead_let
         assert all((d.stage, d.reason) == ("poison", "max_deliveries") for d in letters)
         for name in tasks_streams(K):
             assert (await js.stream_info(name)).state.messages == 0, f"{name}: deleted"
+
+
+async def test_a_stream_that_cannot_elect_a_leader_reads_as_electing(
+    nats_cluster: NatsCluster,
+) -> None:
+    # Two dispatchers starting together each ask for step-downs; between one's step-down and
+    # the next election the other's stream info gets no answer, which must not end it.
+    settings = Settings(nats_url=nats_cluster.urls[0], shards=SHARDS, partitions=K, replicas=3)
+    nc = await connect(settings, "test-electing")
+    try:
+        await ensure(nc.jetstream(), settings)
+        stream = tasks_streams(K)[0]
+        led_by = (await leaders(nc, [stream]))[0]
+        if led_by == "n1":  # our connection's node: move the leader off it, to lose it below
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
+            led_by = await read_until(
+                lambda: leaders(nc, [stream]), lambda now: now[0] not in (None, "n1")
+            )
+        # The follower first, then the leader (killed: a stopped one hands its leadership on).
+        for server in sorted(nats_cluster.servers[1:], key=lambda s: s.server_name == led_by):
+            await server.kill()
+        assert await leaders(nc, [stream]) == [None]
+        await spread_leaders(nc, K)  # does not raise: the stream without a leader is passed by
+    finally:
+        await nc.close()
 
 
 async def test_partition_tags_place_each_partitions_streams_on_its_servers(tmp_path: Path) -> None:

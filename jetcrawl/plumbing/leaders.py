@@ -16,7 +16,10 @@ import logging
 import orjson
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
 from nats.js.api import StreamInfo
+from nats.js.errors import ServiceUnavailableError
 
 from jetcrawl.contract.topology import seen_streams, tasks_streams
 
@@ -34,12 +37,15 @@ async def spread_leaders(nc: NATS, partitions: int) -> list[tuple[str, str]]:
         return []
     js = nc.jetstream()
     named = [*seen_streams(partitions), *tasks_streams(partitions)]
-    infos = [await js.stream_info(name) for name in named]
-    servers = sorted({peer for info in infos for peer in _peers(info)})
+    infos = [await _info(js, name) for name in named]
+    servers = sorted({peer for info in infos if info for peer in _peers(info)})
     moves: list[tuple[str, str]] = []
     for i, info in enumerate(infos):
         p = i % partitions
         want = servers[p % len(servers)] if servers else None
+        if info is None:
+            log.warning("partition stream %s: leader not moved: electing", named[i])
+            continue
         if want is None or info.cluster is None or info.cluster.leader == want:
             continue
         if want not in _peers(info):
@@ -64,11 +70,20 @@ async def spread_leaders(nc: NATS, partitions: int) -> list[tuple[str, str]]:
 
 async def leaders(nc: NATS, streams: list[str]) -> list[str | None]:
     """The current leader of each of ``streams`` (None: electing), in order."""
-    js = nc.jetstream()
-    return [
-        info.cluster.leader if info.cluster is not None else None
-        for info in [await js.stream_info(n) for n in streams]
-    ]
+    return [await _leader(nc.jetstream(), name) for name in streams]
+
+
+async def _leader(js: JetStreamContext, stream: str) -> str | None:
+    info = await _info(js, stream)
+    return info.cluster.leader if info is not None and info.cluster is not None else None
+
+
+async def _info(js: JetStreamContext, stream: str) -> StreamInfo | None:
+    """The stream's info, or None while it elects a leader (another process's step-down)."""
+    try:
+        return await js.stream_info(stream)
+    except (NatsTimeout, ServiceUnavailableError):
+        return None
 
 
 def _peers(info: StreamInfo) -> list[str]:
