@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import nats
 import pytest
@@ -11,7 +13,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import ServiceUnavailableError
 
-from jetcrawl.local.embedded import NatsCluster
+from jetcrawl.local.embedded import NatsCluster, NatsServer
 from jetcrawl.plumbing.natsinternals import delivery_inbox, next_request_subject
 from jetcrawl.plumbing.pull import Cut, end_requests, pull
 from tests.support.streams import add_replicated, eventually
@@ -35,6 +37,37 @@ async def test_a_batch_comes_whole_and_in_order_then_the_rest(js: JetStreamConte
         await m.ack()
     info = await js.consumer_info("P", "c")
     assert info.num_pending == 0
+
+
+async def test_drained_says_whether_the_server_ended_a_short_batch(
+    nats_server: NatsServer, nc: NATS, js: JetStreamContext
+) -> None:
+    sub = await _consumer(js, 10)
+    whole = await pull(sub, 4, 2.0)
+    assert len(whole) == 4 and not whole.drained, "a whole batch says nothing of the rest"
+    rest = await pull(sub, 100, 2.0)
+    assert len(rest) == 6 and rest.drained, "the server's 'no messages' ended it"
+
+    # Two delivered for an earlier request wait in the queue; then the server answers nothing.
+    for n in range(10, 14):
+        await js.publish(f"p.{n}", str(n).encode())
+    await nc.publish(
+        next_request_subject(sub), b'{"batch": 2, "expires": 5000000000}', delivery_inbox(sub)
+    )
+
+    async def queued() -> bool:
+        await nc.flush()
+        return bool(sub.pending_msgs == 2)
+
+    await eventually(queued)
+    assert nats_server.pid is not None
+    os.kill(nats_server.pid, signal.SIGSTOP)  # a server too busy to answer within the wait
+    try:
+        short = await pull(sub, 5, 0.3)
+    finally:
+        os.kill(nats_server.pid, signal.SIGCONT)
+    assert [m.data for m in short] == [b"10", b"11"]
+    assert not short.drained, "the deadline ended it: more may come late"
 
 
 async def test_with_nothing_there_it_returns_as_soon_as_work_arrives(

@@ -32,7 +32,7 @@ from jetcrawl.contract.settings import Settings
 from jetcrawl.contract.topology import lane_config, lane_consumer, shard_tasks_stream
 from jetcrawl.plumbing.backoff import wait_set
 from jetcrawl.plumbing.control import ControlWatch
-from jetcrawl.plumbing.pull import Cut, end_requests, pull
+from jetcrawl.plumbing.pull import Cut, Pulled, end_requests, pull
 from jetcrawl.worker.capacity import Capacity
 from jetcrawl.worker.keepalive import KeepAlive
 from jetcrawl.worker.lanes import JobRates, Lane, LaneBoard, Schedule
@@ -171,7 +171,10 @@ class ShardPuller:
         lane, n = pick
         own = self._subs.setdefault(lane, _LaneSub())
         msgs = await self._pull(lane, own, n, READY_WAIT_S, own.cut)
-        if len(msgs) < n:
+        if not msgs or (len(msgs) < n and isinstance(msgs, Pulled) and msgs.drained):
+            # Empty until the board's next poll. A short batch the server did not end (it
+            # delivers late on a busy machine) is not: taking only the other jobs' lanes
+            # meanwhile, in whole rooms, would break the shares of their weights.
             own.empty_at = self._board.generation
         self._took(lane, msgs, ready)
         return [(lane, msgs)]

@@ -42,7 +42,7 @@ from jetcrawl.plumbing.natsinternals import (
     taken,
 )
 
-__all__ = ["Cut", "end_requests", "hand_back", "pull"]
+__all__ = ["Cut", "Pulled", "end_requests", "hand_back", "pull"]
 
 # Status headers of a pull request's replies (nats-server's JetStream pull protocol).
 _STATUS = "Status"
@@ -50,6 +50,18 @@ _HEARTBEAT = "100"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, request expired, conflict
 _EXPIRES_MARGIN_NS = 100_000  # as nats-py: the server ends the request just before we give up
 _EXPIRED_MARGIN_S = 0.1  # past a request's expiry, its last deliveries have arrived
+
+
+class Pulled(list[Msg]):
+    """The messages a pull took, and whether the server said it had no more for now
+    (``drained``). A short batch that the deadline or a cut ended is not drained: the server
+    may still be delivering to it, late, as a busy machine's server does."""
+
+    __slots__ = ("drained",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drained = False
 
 
 class Cut:
@@ -78,12 +90,12 @@ class Cut:
 
 async def pull(
     psub: JetStreamContext.PullSubscription, batch: int, wait_s: float, cut: Cut | None = None
-) -> list[Msg]:
+) -> Pulled:
     """Up to ``batch`` messages of ``psub``; raises ``TimeoutError`` if none came in ``wait_s``.
 
-    Returns as soon as ``batch`` are in or the server says it has no more for now; with nothing
-    there, as soon as one message arrives (``wait_s`` is also the waiting request's expiry on the
-    server), or when ``cut`` is set.
+    Returns as soon as ``batch`` are in or the server says it has no more for now (``drained``);
+    with nothing there, as soon as one message arrives (``wait_s`` is also the waiting request's
+    expiry on the server), or when ``cut`` is set.
     """
     if batch < 1 or wait_s <= 0:
         raise ValueError(f"pull needs batch >= 1 and wait_s > 0, got {batch}, {wait_s}")
@@ -91,7 +103,7 @@ async def pull(
     queue = pending_queue(sub)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
-    msgs: list[Msg] = []
+    msgs = Pulled()
 
     while not queue.empty() and len(msgs) < batch:  # delivered for an earlier request
         _keep(sub, queue.get_nowait(), msgs)
@@ -99,7 +111,7 @@ async def pull(
         return msgs
     if cut is None or not cut.is_set:
         await _request(psub, {"batch": batch - len(msgs), "no_wait": True}, loop.time(), cut)
-        await _collect(sub, queue, msgs, batch, deadline, cut)
+        msgs.drained = await _collect(sub, queue, msgs, batch, deadline, cut)
     if msgs:
         return msgs
     if cut is not None and cut.is_set:
@@ -116,6 +128,7 @@ async def pull(
     await _collect(sub, queue, msgs, 1, deadline, cut)
     if not msgs:
         raise TimeoutError("no messages")
+    msgs.drained = True  # there was none a moment ago: this one is new
     return msgs
 
 
@@ -178,23 +191,24 @@ async def _collect(
     batch: int,
     deadline: float,
     cut: Cut | None,
-) -> None:
-    """Read the request's deliveries until ``batch``, a status that ends it, the deadline or
-    the cut."""
+) -> bool:
+    """Read the request's deliveries until ``batch``, a status that ends it (True), the deadline
+    or the cut."""
     try:
         async with asyncio.timeout_at(deadline) as timeout:
             if cut is not None:
                 if cut.is_set:  # while the request went out
-                    return
+                    return False
                 cut._timeout = timeout
             while len(msgs) < batch:
                 if not _keep(sub, await queue.get(), msgs):
-                    return
+                    return True
     except TimeoutError:
-        return
+        return False
     finally:
         if cut is not None:
             cut._timeout = None
+    return False
 
 
 def _keep(sub: Subscription, msg: Msg, msgs: list[Msg]) -> bool:

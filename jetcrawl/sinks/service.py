@@ -248,7 +248,7 @@ class SinkService:
         batch, idle_s = self._settings.sink_batch, self._settings.sink_idle_s
         while not self._stopping.is_set():
             try:
-                msgs = await pull(s.psub, batch, idle_s, s.cut)
+                msgs: list[Msg] = await pull(s.psub, batch, idle_s, s.cut)
             except TimeoutError:
                 msgs = []
             records = [r for r in [await self._decode(s, m) for m in msgs] if r is not None]
