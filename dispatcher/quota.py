@@ -10,11 +10,17 @@ dispatcher goes through the same counter, so the number of tasks a job gets neve
 limit: the overshoot is zero. A dispatcher that crashes between reserving and giving back leaves
 the counter high, so a crash can only make the crawl stop short (by at most one batch), never
 run over.
+
+A counter's change is one write, not a read and a write: the dispatcher remembers each counter's
+value and revision as it last wrote or read them (a counter it never met, as absent) and writes
+on that; a counter moved meanwhile fails the write and is read again. A refusal (no room left) is
+only ever decided on a value just read, since a remembered one can predate a give-back.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 
 from nats.errors import Error as NatsError
@@ -24,6 +30,8 @@ from nats.js.kv import KeyValue
 from jetcrawl.dispatcher.seen import SeenSetUnavailable
 
 MAX_CAS_ATTEMPTS = 50
+REMEMBERED = 100_000  # counters whose value and revision are kept (a host's each, in a broad crawl)
+_ABSENT = (0, 0)  # (value, revision) of a counter not in the bucket
 
 
 def host_key(job: str, host: str) -> str:
@@ -36,6 +44,7 @@ class AdmissionQuota:
         self._kv = kv
         self._limit = limit
         self._prefix = prefix
+        self._known: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (value, revision)
 
     @property
     def limited(self) -> bool:
@@ -62,27 +71,45 @@ class AdmissionQuota:
 
     async def _change(self, job: str, delta_for: Callable[[int], int]) -> int:
         key = self._key(job)
+        known: tuple[int, int] | None = self._known.get(key, _ABSENT)
+        read = False  # whether ``known`` was just read, not remembered
         for _ in range(MAX_CAS_ATTEMPTS):
             try:
-                try:
-                    entry = await self._kv.get(key)
-                    used, revision = int(entry.value or b"0"), entry.revision or 0
-                except KeyNotFoundError:
-                    used, revision = 0, 0
+                if known is None:
+                    known, read = await self._read(key), True
+                used, revision = known
                 delta: int = delta_for(used)
                 if delta == 0:
+                    if not read:
+                        known = None  # a remembered counter may have room again: read it
+                        continue
                     return 0
                 if revision == 0:
-                    await self._kv.create(key, str(used + delta).encode())
+                    written = await self._kv.create(key, str(used + delta).encode())
                 else:
-                    await self._kv.update(key, str(used + delta).encode(), last=revision)
+                    written = await self._kv.update(key, str(used + delta).encode(), last=revision)
+                self._remember(key, (used + delta, written))
                 return abs(delta)
             except KeyWrongLastSequenceError:
-                continue  # another dispatcher moved the counter; read it again
+                known = None  # another dispatcher moved the counter; read it again
             except (TimeoutError, NatsError) as e:
+                self._known.pop(key, None)
                 # Unanswered, no responders or no stream leader (an election): retry the batch.
                 raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
         raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
+
+    async def _read(self, key: str) -> tuple[int, int]:
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError:  # also a deleted counter: nats-py's create writes over it
+            return _ABSENT
+        return int(entry.value or b"0"), entry.revision or 0
+
+    def _remember(self, key: str, value_revision: tuple[int, int]) -> None:
+        self._known[key] = value_revision
+        self._known.move_to_end(key)
+        while len(self._known) > REMEMBERED:
+            self._known.popitem(last=False)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}.{name}"
