@@ -13,8 +13,10 @@ run over.
 
 A counter's change is one write, not a read and a write: the dispatcher remembers each counter's
 value and revision as it last wrote or read them (a counter it never met, as absent) and writes
-on that; a counter moved meanwhile fails the write and is read again. A refusal (no room left) is
-only ever decided on a value just read, since a remembered one can predate a give-back.
+on that; a counter moved meanwhile fails the write and is read again. A counter found moved is
+read first at its next change too (two dispatchers taking turns on a host would otherwise pay a
+failed write each time), until a read shows it unmoved since. A refusal (no room left) is only
+ever decided on a value just read, since a remembered one can predate a give-back.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class AdmissionQuota:
         self._limit = limit
         self._prefix = prefix
         self._known: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (value, revision)
+        self._moved: set[str] = set()  # remembered counters another dispatcher moved: read first
 
     @property
     def limited(self) -> bool:
@@ -71,12 +74,15 @@ class AdmissionQuota:
 
     async def _change(self, job: str, delta_for: Callable[[int], int]) -> int:
         key = self._key(job)
-        known: tuple[int, int] | None = self._known.get(key, _ABSENT)
+        remembered = self._known.get(key)
+        known = None if key in self._moved else (remembered or _ABSENT)
         read = False  # whether ``known`` was just read, not remembered
         for _ in range(MAX_CAS_ATTEMPTS):
             try:
                 if known is None:
                     known, read = await self._read(key), True
+                    if known == remembered:
+                        self._moved.discard(key)  # unmoved since: the next change writes first
                 used, revision = known
                 delta: int = delta_for(used)
                 if delta == 0:
@@ -84,16 +90,17 @@ class AdmissionQuota:
                         known = None  # a remembered counter may have room again: read it
                         continue
                     return 0
-                if revision == 0:
-                    written = await self._kv.create(key, str(used + delta).encode())
-                else:
-                    written = await self._kv.update(key, str(used + delta).encode(), last=revision)
+                # Revision 0: the counter must not exist (nats-py's create reads it on failure).
+                written = await self._kv.update(key, str(used + delta).encode(), last=revision)
                 self._remember(key, (used + delta, written))
                 return abs(delta)
             except KeyWrongLastSequenceError:
+                if not read and remembered is not None:
+                    self._moved.add(key)
                 known = None  # another dispatcher moved the counter; read it again
             except (TimeoutError, NatsError) as e:
                 self._known.pop(key, None)
+                self._moved.discard(key)
                 # Unanswered, no responders or no stream leader (an election): retry the batch.
                 raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
         raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
@@ -101,15 +108,15 @@ class AdmissionQuota:
     async def _read(self, key: str) -> tuple[int, int]:
         try:
             entry = await self._kv.get(key)
-        except KeyNotFoundError:  # also a deleted counter: nats-py's create writes over it
-            return _ABSENT
+        except KeyNotFoundError as e:  # a deleted or purged one is written over its marker
+            return 0, (e.entry.revision if e.entry is not None else None) or 0
         return int(entry.value or b"0"), entry.revision or 0
 
     def _remember(self, key: str, value_revision: tuple[int, int]) -> None:
         self._known[key] = value_revision
         self._known.move_to_end(key)
         while len(self._known) > REMEMBERED:
-            self._known.popitem(last=False)
+            self._moved.discard(self._known.popitem(last=False)[0])
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}.{name}"
