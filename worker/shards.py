@@ -171,7 +171,7 @@ class ShardPuller:
         lane, n = pick
         own = self._subs.setdefault(lane, _LaneSub())
         msgs = await self._pull(lane, own, n, READY_WAIT_S, own.cut)
-        if not msgs or (len(msgs) < n and isinstance(msgs, Pulled) and msgs.drained):
+        if len(msgs) < n and (not msgs or msgs.drained):
             # Empty until the board's next poll. A short batch the server did not end (it
             # delivers late on a busy machine) is not: taking only the other jobs' lanes
             # meanwhile, in whole rooms, would break the shares of their weights.
@@ -228,19 +228,19 @@ class ShardPuller:
 
     # ------------------------------------------------------------------ pulling
 
-    async def _pull(self, lane: Lane, own: _LaneSub, n: int, wait_s: float, cut: Cut) -> list[Msg]:
+    async def _pull(self, lane: Lane, own: _LaneSub, n: int, wait_s: float, cut: Cut) -> Pulled:
         try:
             if own.sub is None:
                 own.sub = await self._subscribe(lane)
             return await pull(own.sub, max(1, n), wait_s, cut)
         except TimeoutError:
-            return []  # idle lane (nats-py raises a TimeoutError subclass too)
+            return Pulled()  # idle lane (nats-py raises a TimeoutError subclass too)
         except NatsError as e:
             # The consumer may be gone (removed when idle): made again at the next pull.
             log.warning("pull on shard %d lane %s failed: %r", self.owner.shard, lane, e)
             own.sub = None
             await wait_set(self._stopping, RETRY_PAUSE_S)
-            return []
+            return Pulled()
 
     async def _subscribe(self, lane: Lane) -> JetStreamContext.PullSubscription:
         level, job = lane
