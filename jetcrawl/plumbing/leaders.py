@@ -41,11 +41,11 @@ async def spread_leaders(nc: NATS, partitions: int) -> list[tuple[str, str]]:
     servers = sorted({peer for info in infos if info for peer in _peers(info)})
     moves: list[tuple[str, str]] = []
     for i, info in enumerate(infos):
-        p = i % partitions
-        want = servers[p % len(servers)] if servers else None
         if info is None:
             log.warning("partition stream %s: leader not moved: electing", named[i])
             continue
+        p = i % partitions
+        want = servers[p % len(servers)] if servers else None
         if want is None or info.cluster is None or info.cluster.leader == want:
             continue
         if want not in _peers(info):
