@@ -20,7 +20,7 @@ from typing import Any
 from bench.ceiling import Ceiling
 from bench.memory import MemoryResult
 from bench.profile import Profile
-from bench.runners import RunResult
+from bench.runners import POLITENESS, SYSTEMS, RunResult
 
 __all__ = ["TARGETS", "Report", "Stat", "memory_markdown"]
 
@@ -341,8 +341,27 @@ class Report:
             "target against the baselines' runs of the same repetition, run beside it.",
         ]
         lines += self._workers_ceiling_md()
+        lines += self._slow_host_md()
         lines += self._machine_scaled_md(systems)
         return lines
+
+    def _slow_host_md(self) -> list[str]:
+        """How busy the polite systems kept the site's slow host, which none can hurry: a line.
+        (The bare loops know no per-host limit.)"""
+        shown = []
+        polite = [s for s in SYSTEMS if s == "scrapy" or s.startswith("jetcrawl")]
+        for system in polite:
+            busy = [r.slow_host_in_flight for r in self.runs if r.system == system]
+            if busy and None not in busy:
+                shown.append(f"{system} {Stat.of([b for b in busy if b is not None]).show()}")
+        if not shown:
+            return []
+        return [
+            "",
+            "The slow host's requests in flight on average, from its first request to its last "
+            "answer (a latency-bound host ends no sooner than its connections allow; jetcrawl "
+            f"and Scrapy may keep {POLITENESS['host_concurrency']} busy): {', '.join(shown)}.",
+        ]
 
     def _workers_ceiling_md(self) -> list[str]:
         """Whether two workers were held back by their coordination or by the machine: a line."""

@@ -129,6 +129,9 @@ class RunResult:
     bytes: int = 0
     html: int = 0
     binaries: int = 0
+    # the slowest host's requests in flight on average, first request to last answer (None: the
+    # site has no slow host)
+    slow_host_in_flight: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -277,6 +280,7 @@ def run_system(
         bytes=stats.bytes,
         html=stats.html,
         binaries=stats.binaries,
+        slow_host_in_flight=slow_host_in_flight(stats),
     )
 
 
@@ -402,6 +406,20 @@ def last_host_alone(stats: SiteStats, share: float = 0.05) -> str | None:
         f"the last host ({host}) went on alone for the last {last - before:.2f} s "
         f"of the {stats.span_s:.2f} s span"
     )
+
+
+def slow_host_in_flight(stats: SiteStats) -> float | None:
+    """How many requests the slowest host of the site was answering on average, from its first
+    request to its last answer; None if no host answers late. A latency-bound host can be no
+    faster than its connections allow: this says how many of them a system kept busy."""
+    if not stats.delays_s:
+        return None
+    host = max(stats.delays_s, key=stats.delays_s.__getitem__)
+    delay_s = stats.delays_s[host]
+    if host not in stats.hosts:
+        return None
+    busy_s = stats.hosts[host] + delay_s - stats.host_first[host]
+    return stats.host_requests[host] * delay_s / busy_s
 
 
 def check(out: Output, expected: Expected, stats: SiteStats, name: str) -> list[str]:

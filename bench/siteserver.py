@@ -7,9 +7,10 @@ copies. Each copy builds the same site from the same ``SiteSpec``, pre-renders e
 answers a request with one dictionary lookup (an asyncio protocol of its own, uvloop). A copy prints
 ``READY <control port>`` once it serves; the control port answers ``/reset`` (before a run) and
 ``/stats`` (after it): request counts per URL, the bytes answered, how many answers were HTML pages
-and how many binaries, and the first and last request's time, from which the harness takes each
-system's crawl span, checks what was fetched, and how often, and shows the work it did. A host
-the site gives a delay (the realistic shape's slow host) answers each request that much later.
+and how many binaries, and the first and last request's time (the site's and each host's), from
+which the harness takes each system's crawl span, checks what was fetched, and how often, and
+shows the work it did. A host the site gives a delay (the realistic shape's slow host) answers
+each request that much later; /stats names it, so the harness can say how busy a system kept it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class SiteStats:
     counts: Counter[str] = field(default_factory=Counter)  # URL as requested -> requests
     # authority -> epoch seconds of its last request (robots.txt included)
     hosts: dict[str, float] = field(default_factory=dict)
+    host_first: dict[str, float] = field(default_factory=dict)  # ... and of its first
+    host_requests: Counter[str] = field(default_factory=Counter)  # ... and how many (robots too)
+    delays_s: dict[str, float] = field(default_factory=dict)  # the hosts that answer late: how late
 
     @property
     def span_s(self) -> float:
@@ -173,9 +177,13 @@ class SiteServer:
                 lasts.append(part["last"])
             for host, target, count in part["counts"]:
                 merged.counts[f"http://{self.authorities[host]}{target}"] += count
-            for host, last in part["hosts"]:
+            for host, first, last, requests in part["hosts"]:
                 name = self.authorities[host]
                 merged.hosts[name] = max(merged.hosts.get(name, last), last)
+                merged.host_first[name] = min(merged.host_first.get(name, first), first)
+                merged.host_requests[name] += requests
+            for host, delay_s in part["delays"]:
+                merged.delays_s[self.authorities[host]] = delay_s
         merged.first = min(firsts, default=0.0)
         merged.last = max(lasts, default=0.0)
         return merged
@@ -203,7 +211,7 @@ def _get(url: str) -> bytes:
 
 
 class _Counters:
-    def __init__(self) -> None:
+    def __init__(self, delays_s: dict[int, float]) -> None:
         self.requests = 0
         self.robots = 0
         self.bytes = 0
@@ -212,7 +220,8 @@ class _Counters:
         self.first = 0.0
         self.last = 0.0
         self.counts: Counter[tuple[int, str]] = Counter()
-        self.hosts: dict[int, float] = {}  # host -> its last request's time
+        self.hosts: dict[int, list[float]] = {}  # host -> [first, last request's time, requests]
+        self.delays_s = delays_s  # the site's, for the harness to know
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -225,7 +234,8 @@ class _Counters:
                 "first": self.first,
                 "last": self.last,
                 "counts": [[h, t, n] for (h, t), n in self.counts.items()],
-                "hosts": list(self.hosts.items()),
+                "hosts": [[host, *seen] for host, seen in self.hosts.items()],
+                "delays": list(self.delays_s.items()),
             }
         )
 
@@ -353,7 +363,7 @@ async def _serve(spec: BenchSpec, fds: list[int], authorities: list[str]) -> Non
             rendered[shared] = _response(status, kind, body)
         table[key] = (rendered[shared], _kind(status, kind))
     del site, rendered
-    counters = _Counters()
+    counters = _Counters(delays)
     not_found = (_response(404, "text/plain", b"not found"), "other")
 
     def count(host: int, target: str) -> None:
@@ -361,7 +371,12 @@ async def _serve(spec: BenchSpec, fds: list[int], authorities: list[str]) -> Non
         if not counters.first:
             counters.first = now
         counters.last = now
-        counters.hosts[host] = now
+        seen = counters.hosts.get(host)
+        if seen is None:
+            counters.hosts[host] = [now, now, 1]
+        else:
+            seen[1] = now
+            seen[2] += 1
         if target == "/robots.txt":
             counters.robots += 1
         else:
@@ -386,7 +401,7 @@ async def _serve(spec: BenchSpec, fds: list[int], authorities: list[str]) -> Non
     async def control(request: web.BaseRequest) -> web.StreamResponse:
         nonlocal counters
         if request.path == "/reset":
-            counters = _Counters()
+            counters = _Counters(delays)
             return web.Response(text="ok")
         if request.path == "/stats":
             return web.Response(body=counters.to_json(), content_type="application/json")

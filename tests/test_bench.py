@@ -31,6 +31,7 @@ from bench.runners import (
     classify,
     expected_for,
     last_host_alone,
+    slow_host_in_flight,
 )
 from bench.siteserver import SiteServer, SiteStats
 from bench.urls import measure_urls, urls_markdown
@@ -151,6 +152,11 @@ def test_the_realistic_site_reports_each_systems_work(tmp_path: Path) -> None:
     markdown = (tmp_path / "bench.md").read_text()
     assert "## Work done" in markdown and "**The systems did different work**" in markdown
     assert "| jetcrawl-1 | a crawl skipping binaries by extension |" in markdown
+    # The slow host (the last, 50 ms an answer): the polite systems keep 8 requests in flight at
+    # most (the bare loop knows no per-host limit).
+    polite = [run for name, run in runs.items() if name != "bare-extract"]
+    assert all(0 < run["slow_host_in_flight"] <= 8 for run in polite)
+    assert "The slow host's requests in flight on average" in markdown
 
 
 def test_jetcrawl_told_to_skip_nothing_is_checked_against_the_whole_crawl() -> None:
@@ -326,6 +332,22 @@ def test_the_site_server_answers_http_1_1_and_counts_what_was_asked(tmp_path: Pa
     root = f"http://{authority}"
     assert stats.counts[f"{root}/"] == 1 and stats.counts[f"{root}{page}?utm_source=x"] == 1
     assert stats.hosts == {authority: stats.last}, "one host: its last request is the site's"
+    assert stats.host_first == {authority: stats.first} and stats.host_requests[authority] == 5
+    assert stats.delays_s == {} and slow_host_in_flight(stats) is None, "no host answers late"
+
+
+def test_the_slow_host_s_requests_in_flight_are_its_answer_time_over_its_span() -> None:
+    # 40 requests answered 50 ms late over 0.95 s from the first request, 1.0 s to the last
+    # answer: 2 in flight on average.
+    stats = SiteStats(
+        first=0.0,
+        last=1.0,
+        hosts={"fast:80": 1.0, "slow:80": 1.0},
+        host_first={"fast:80": 0.0, "slow:80": 0.05},
+        host_requests=Counter({"fast:80": 900, "slow:80": 40}),
+        delays_s={"slow:80": 0.05},
+    )
+    assert slow_host_in_flight(stats) == pytest.approx(2.0)
 
 
 def test_a_host_that_goes_on_alone_is_named_when_it_sets_the_span() -> None:
