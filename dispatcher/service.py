@@ -224,8 +224,10 @@ class Dispatcher:
                 await self._pause(RETRY_DELAY_S)
                 continue
             await self._handle(msgs)
-            if len(msgs) < self._settings.dispatch_batch and self._settings.dispatch_linger_s > 0:
-                await self._pause(self._settings.dispatch_linger_s)  # let the frontier fill up
+            if msgs.drained and self._settings.dispatch_linger_s > 0:
+                # The server had no more: let the frontier fill up. A batch the deadline cut
+                # short is no empty frontier (a busy server delivers late), as for the workers.
+                await self._pause(self._settings.dispatch_linger_s)
         try:
             await hand_back(self._sub, self._cut)  # what the last requests delivered late
         except NatsError as e:  # gone with the connection: redelivered after AckWait

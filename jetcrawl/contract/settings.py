@@ -145,8 +145,8 @@ class Settings:
 
     # --- dispatcher
     dispatch_batch: int = 256
-    # After a batch smaller than dispatch_batch, wait this long for the frontier to fill up:
-    # fewer, larger batches cost the dispatcher and NATS much less per link. 0: fetch at once.
+    # After a batch the server ended short (the frontier had no more), wait this long for it to
+    # fill up: fewer, larger batches cost the dispatcher and NATS much less per link. 0: at once.
     dispatch_linger_s: float = 0.02
     dedupe_cache_size: int = 200_000
     dead_original_max_bytes: int = 4096
