@@ -73,6 +73,7 @@ from jetcrawl.worker.pageout import job_output
 from jetcrawl.worker.pages import Got, PageFetcher
 from jetcrawl.worker.parking import LEAVING, Parking
 from jetcrawl.worker.parse import Page, extract
+from jetcrawl.worker.passes import OnePerPass
 from jetcrawl.worker.politeness import Deferred, Politeness, Turn
 from jetcrawl.worker.report import JobTally
 from jetcrawl.worker.retry import (
@@ -168,6 +169,9 @@ class TaskProcessor:
         self._robots = robots
         self._politeness = politeness
         self._links = LinkCanonicalizer(UrlRules.from_settings(settings))
+        # pages parse one per pass of the loop, so a host's next request is not queued behind
+        # a pass of parses (worker/passes.py)
+        self._parses = OnePerPass()
         # the extensions a job without a spec skips: the crawl's default list
         self._default_extensions = extension_rule(ignored=settings.ignored_extensions)
         self._sent = SentLinks(settings.link_memory, settings.recrawl_after_s)
@@ -380,6 +384,7 @@ class TaskProcessor:
         self.stats.rendered += got.rendered
         page = None
         if fetched.is_html and 200 <= fetched.status < 300:
+            await self._parses.wait()
             html, charset = got.html()  # the rendered DOM, when there is one
             with self._telemetry.parse():
                 page = extract(
