@@ -35,11 +35,11 @@ from pathlib import Path
 import orjson
 
 from bench.ceiling import Ceiling, measure_ceiling
-from bench.cpulimit import CpuLimitError
+from bench.cpulimit import CpuLimit, CpuLimitError
 from bench.extract import extract_markdown, measure_extract
 from bench.loop import run
 from bench.memory import measure_memory
-from bench.procs import BENCH_ROOT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
+from bench.procs import BENCH_ROOT, DIE_WITH_PARENT, busy_cpu_s, child_env, cpu_seconds, self_cpu_s
 from bench.profile import Profile, Profiler, py_spy
 from bench.reading import measure_reading, reading_markdown
 from bench.render import measure_render, render_markdown
@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="JETCRAWL_NAME=VALUE",
         help="a setting for the jetcrawl runs (repeatable), e.g. JETCRAWL_CONCURRENCY=128",
+    )
+    parser.add_argument(
+        "--worker-cores",
+        type=float,
+        metavar="C",
+        help="hold each jetcrawl worker to C cores (a cgroup of its own, as a container's CPU "
+        "limit; needs root): two workers against one then measures workers of one size, not the "
+        "machine's cores",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, seconds")
     parser.add_argument(
@@ -211,6 +219,8 @@ def throughput(args: argparse.Namespace) -> Report:
     if "scrapy" in systems and importlib.util.find_spec("scrapy") is None:
         _say("scrapy is not installed (pip install -e '.[bench]'): skipping it")
         systems.remove("scrapy")
+    if args.worker_cores is not None:
+        _can_hold(args.worker_cores)
     if (cores := _other_load(QUIET_CHECK_S)) > QUIET_CORES:
         _say(f"warning: other processes use {cores:.2f} cores; the results will suffer")
 
@@ -226,6 +236,7 @@ def throughput(args: argparse.Namespace) -> Report:
             jetcrawl_env(out) | _env_flags(args.env),
             skipping=drawn.expected(site.authorities, skip_binaries=True),
             site_env=site_env(spec),
+            worker_cores=args.worker_cores,
         )
         del drawn
         _say(
@@ -268,6 +279,20 @@ def site_env(spec: BenchSpec) -> dict[str, str]:
         return {}
     params = dict.fromkeys((*DEFAULT_TRACKING_PARAMS, *realistic.TRACKING_PARAMS))
     return {"JETCRAWL_TRACKING_PARAMS": ",".join(params)}
+
+
+def _can_hold(cores: float) -> None:
+    """Fail before any run if a process cannot be held to ``cores`` here (a sleeping child is
+    tried)."""
+    child = subprocess.Popen(["sleep", "30"], preexec_fn=DIE_WITH_PARENT)
+    try:
+        with CpuLimit(child.pid, cores, "probe"):
+            pass
+    except CpuLimitError as e:
+        raise SystemExit(f"--worker-cores {cores:g}: {e}") from None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def _env_flags(pairs: list[str]) -> dict[str, str]:
@@ -341,6 +366,7 @@ def _meta(
         "reps": reps,
         "jetcrawl_env": ctx.jetcrawl_env,
         "site_env": ctx.site_env,
+        "worker_cores": ctx.worker_cores,
     }
 
 

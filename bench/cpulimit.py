@@ -2,8 +2,10 @@
 
 ``python -m bench seen --server-cores C`` gives each nats-server of the cluster the same budget,
 as servers of their own would have, so that on a shared machine the servers, not the other
-processes, set the admissions/s. cgroup v2 (``cpu.max``) where it is mounted, else v1's cpu
-controller (``cpu.cfs_quota_us``); either needs root. :class:`CpuLimitError` says why not.
+processes, set the admissions/s. ``python -m bench --worker-cores C`` holds each jetcrawl worker
+to C cores (``Budgets``), as a container's CPU limit holds it. cgroup v2 (``cpu.max``) where it is
+mounted, else v1's cpu controller (``cpu.cfs_quota_us``); either needs root. :class:`CpuLimitError`
+says why not.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["CpuLimit", "CpuLimitError"]
+__all__ = ["Budgets", "CpuLimit", "CpuLimitError"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
@@ -74,3 +76,37 @@ class CpuLimit:
                 (self._root / "cgroup.procs").write_text(pid)  # back to the root group
         with contextlib.suppress(OSError):  # left for the system: an empty group costs nothing
             self.path.rmdir()
+
+
+class Budgets:
+    """Each process of one role held to ``cores`` from when it is first seen, as a container's
+    CPU limit holds it: ``attach`` is a ``TreeMonitor``'s ``on_new``. ``with Budgets(...)``
+    removes the groups on leaving; a process that could not be held is in ``errors``."""
+
+    def __init__(self, cores: float, role: str) -> None:
+        self.cores = cores
+        self.role = role
+        self.held: set[int] = set()
+        self.errors: list[str] = []
+        self._groups = contextlib.ExitStack()
+
+    def attach(self, pid: int, role: str) -> None:
+        if role != self.role or pid in self.held:
+            return
+        try:
+            self._groups.enter_context(CpuLimit(pid, self.cores, f"{role}-{pid}"))
+        except CpuLimitError as e:
+            self.errors.append(str(e))
+        else:
+            self.held.add(pid)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._groups.close()

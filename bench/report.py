@@ -369,6 +369,14 @@ class Report:
         ceiling = self.workers_ceiling()
         if ceiling is None:
             return []
+        if cores := self.meta.get("worker_cores"):
+            return [
+                "",
+                f"Each jetcrawl worker was held to {cores:g} cores (`--worker-cores`), as a "
+                f"container's CPU limit holds it: {TWO_WORKERS} against {ONE_WORKER} is the mesh "
+                "with a second worker of that size, the rest of the mesh on the machine's other "
+                "cores.",
+            ]
         reps = sorted({r.rep for r in self.runs if r.system == TWO_WORKERS})
         per_rep = [self.workers_ceiling(rep) for rep in reps]
         allowed = sum(c is not None and c["vs_one_worker"] >= TARGET_WORKERS for c in per_rep)
@@ -542,6 +550,12 @@ class Report:
         env = self.meta.get("jetcrawl_env") or {}
         shown = " ".join(f"{k}={v}" for k, v in env.items()) or "none"
         lines.append(f"- jetcrawl environment set by the harness: {shown}.")
+        if cores := self.meta.get("worker_cores"):
+            held = [r.workers_held for r in self.runs if r.system.startswith("jetcrawl")]
+            lines.append(
+                f"- Each jetcrawl worker held to {cores:g} cores by a cgroup of its own: "
+                f"{sum(held)} worker processes in {len(held)} jetcrawl runs."
+            )
         if site_env := self.meta.get("site_env"):
             shown = " ".join(f"{k}={v}" for k, v in site_env.items())
             lines.append(f"- Every system's environment for this site: {shown}.")

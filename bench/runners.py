@@ -32,6 +32,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.cpulimit import Budgets
 from bench.procs import (
     UNKNOWN_ROLE,
     TreeMonitor,
@@ -86,6 +87,7 @@ class Context:
     jetcrawl_env: dict[str, str]  # the JETCRAWL_* variables of jetcrawl runs
     skipping: Expected | None = None  # the crawl that skips binaries (default: ``expected``)
     site_env: dict[str, str] = field(default_factory=dict)  # every system's (tracking params)
+    worker_cores: float | None = None  # each jetcrawl worker's CPU budget (None: the machine's)
 
     @property
     def pages(self) -> int:
@@ -132,6 +134,7 @@ class RunResult:
     # the slowest host's requests in flight on average, first request to last answer (None: the
     # site has no slow host)
     slow_host_in_flight: float | None = None
+    workers_held: int = 0  # jetcrawl workers held to ``Context.worker_cores`` each
 
     @property
     def exact(self) -> bool:
@@ -224,18 +227,21 @@ def run_system(
     output = run_dir / ("out.json" if name.startswith("bare") else "out.jsonl")
     command, env = _command(name, ctx, run_dir, output)
 
+    held = ctx.worker_cores is not None and name.startswith("jetcrawl")
+    budgets = Budgets(ctx.worker_cores or 0.0, "worker")  # attached to the workers when held
     ctx.site.reset()
     site_before = sum(cpu_seconds(pid) for pid in ctx.site.pids)
     busy_before, self_before = busy_cpu_s(), self_cpu_s()
-    done = run_monitored(
-        command,
-        env=env,
-        cwd=run_dir,
-        log_path=run_dir / "log.txt",
-        timeout_s=ctx.timeout_s,
-        classify=classify,
-        on_new=on_new,
-    )
+    with budgets:
+        done = run_monitored(
+            command,
+            env=env,
+            cwd=run_dir,
+            log_path=run_dir / "log.txt",
+            timeout_s=ctx.timeout_s,
+            classify=classify,
+            on_new=_each(on_new, budgets.attach) if held else on_new,
+        )
     site_cpu = sum(cpu_seconds(pid) for pid in ctx.site.pids) - site_before
     others = busy_cpu_s() - busy_before - done.cpu_s - site_cpu - (self_cpu_s() - self_before)
     stats = ctx.site.stats()
@@ -252,6 +258,12 @@ def run_system(
         problems.append(f"no readable output: {e!r}")
         result = Output()
     problems += check(result, expected_for(name, ctx), stats, name)
+    if held:
+        problems += [
+            f"a worker not held to {ctx.worker_cores:g} cores: {e}" for e in budgets.errors
+        ]
+        if not budgets.held and not budgets.errors:
+            problems.append(f"no worker process was seen to hold to {ctx.worker_cores:g} cores")
     if stats.refetches:
         notes.append(f"{stats.refetches} requests for URLs already fetched")
     if tail := last_host_alone(stats):
@@ -281,7 +293,21 @@ def run_system(
         html=stats.html,
         binaries=stats.binaries,
         slow_host_in_flight=slow_host_in_flight(stats),
+        workers_held=len(budgets.held),
     )
+
+
+def _each(
+    *hooks: Callable[[int, str], None] | None,
+) -> Callable[[int, str], None]:
+    """One ``on_new`` that calls each of ``hooks`` (None: none)."""
+
+    def each(pid: int, role: str) -> None:
+        for hook in hooks:
+            if hook is not None:
+                hook(pid, role)
+
+    return each
 
 
 def work_of(name: str, ctx: Context) -> str:
