@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -36,6 +37,15 @@ REMEMBERED = 100_000  # counters whose value and revision are kept (a host's eac
 _ABSENT = (0, 0)  # (value, revision) of a counter not in the bucket
 
 
+@dataclass(slots=True)
+class _Counter:
+    """A counter as this dispatcher last wrote or read it."""
+
+    value: int
+    revision: int
+    moved: bool = False  # another dispatcher moved it since: read it before the next write
+
+
 def host_key(job: str, host: str) -> str:
     """The counter name of ``host`` in ``job`` (KV keys cannot hold every host's characters)."""
     return f"{job}.{hashlib.blake2b(host.encode(), digest_size=8).hexdigest()}"
@@ -46,8 +56,7 @@ class AdmissionQuota:
         self._kv = kv
         self._limit = limit
         self._prefix = prefix
-        self._known: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (value, revision)
-        self._moved: set[str] = set()  # remembered counters another dispatcher moved: read first
+        self._known: OrderedDict[str, _Counter] = OrderedDict()  # least recently met first
 
     @property
     def limited(self) -> bool:
@@ -74,15 +83,16 @@ class AdmissionQuota:
 
     async def _change(self, job: str, delta_for: Callable[[int], int]) -> int:
         key = self._key(job)
-        remembered = self._known.get(key)
-        known = None if key in self._moved else (remembered or _ABSENT)
+        counter = self._known.get(key)
+        remembered = None if counter is None else (counter.value, counter.revision)
+        known = None if counter is not None and counter.moved else (remembered or _ABSENT)
         read = False  # whether ``known`` was just read, not remembered
         for _ in range(MAX_CAS_ATTEMPTS):
             try:
                 if known is None:
                     known, read = await self._read(key), True
-                    if known == remembered:
-                        self._moved.discard(key)  # unmoved since: the next change writes first
+                    if counter is not None and known == remembered:
+                        counter.moved = False  # unmoved since: the next change writes first
                 used, revision = known
                 delta: int = delta_for(used)
                 if delta == 0:
@@ -92,15 +102,14 @@ class AdmissionQuota:
                     return 0
                 # Revision 0: the counter must not exist (nats-py's create reads it on failure).
                 written = await self._kv.update(key, str(used + delta).encode(), last=revision)
-                self._remember(key, (used + delta, written))
+                self._remember(key, used + delta, written)
                 return abs(delta)
             except KeyWrongLastSequenceError:
-                if not read and remembered is not None:
-                    self._moved.add(key)
+                if not read and counter is not None:
+                    counter.moved = True
                 known = None  # another dispatcher moved the counter; read it again
             except (TimeoutError, NatsError) as e:
                 self._known.pop(key, None)
-                self._moved.discard(key)
                 # Unanswered, no responders or no stream leader (an election): retry the batch.
                 raise SeenSetUnavailable(f"crawl_jobs {key}: {e!r}") from e
         raise SeenSetUnavailable(f"crawl_jobs {key}: too much contention")
@@ -108,15 +117,21 @@ class AdmissionQuota:
     async def _read(self, key: str) -> tuple[int, int]:
         try:
             entry = await self._kv.get(key)
-        except KeyNotFoundError as e:  # a deleted or purged one is written over its marker
-            return 0, (e.entry.revision if e.entry is not None else None) or 0
+        except KeyNotFoundError as e:
+            # A deleted or purged counter is written over its delete marker's revision.
+            marker = e.entry.revision if e.entry is not None else None
+            return 0, marker or 0
         return int(entry.value or b"0"), entry.revision or 0
 
-    def _remember(self, key: str, value_revision: tuple[int, int]) -> None:
-        self._known[key] = value_revision
-        self._known.move_to_end(key)
+    def _remember(self, key: str, value: int, revision: int) -> None:
+        counter = self._known.get(key)
+        if counter is None:
+            self._known[key] = _Counter(value, revision)
+        else:  # a counter found moved stays so until a read shows it unmoved
+            counter.value, counter.revision = value, revision
+            self._known.move_to_end(key)
         while len(self._known) > REMEMBERED:
-            self._moved.discard(self._known.popitem(last=False)[0])
+            self._known.popitem(last=False)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}.{name}"
