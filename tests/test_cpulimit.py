@@ -99,7 +99,9 @@ def test_the_bench_holds_every_jetcrawl_worker_to_its_budget(tmp_path: Path) -> 
     assert "held to 0.5 cores by a cgroup of its own: 3 worker processes in 2 jetcrawl runs" in (
         markdown
     )
-    assert "Each jetcrawl worker was held to 0.5 cores (`--worker-cores`)" in markdown
+    targets = markdown[markdown.index("## Targets") :]
+    assert targets.split("\n")[2].startswith("**Each jetcrawl worker was held to 0.5 cores**")
+    assert "What this machine leaves" not in markdown  # the cores left bound no budgeted worker
 
 
 def test_a_budget_that_cannot_be_had_stops_the_bench_before_any_run(tmp_path: Path) -> None:
