@@ -78,35 +78,24 @@ class CpuLimit:
             self.path.rmdir()
 
 
-class Budgets:
+class Budgets(contextlib.ExitStack):
     """Each process of one role held to ``cores`` from when it is first seen, as a container's
     CPU limit holds it: ``attach`` is a ``TreeMonitor``'s ``on_new``. ``with Budgets(...)``
     removes the groups on leaving; a process that could not be held is in ``errors``."""
 
     def __init__(self, cores: float, role: str) -> None:
+        super().__init__()
         self.cores = cores
         self.role = role
         self.held: set[int] = set()
         self.errors: list[str] = []
-        self._groups = contextlib.ExitStack()
 
     def attach(self, pid: int, role: str) -> None:
         if role != self.role or pid in self.held:
             return
         try:
-            self._groups.enter_context(CpuLimit(pid, self.cores, f"{role}-{pid}"))
+            self.enter_context(CpuLimit(pid, self.cores, f"{role}-{pid}"))
         except CpuLimitError as e:
             self.errors.append(str(e))
         else:
             self.held.add(pid)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._groups.close()
