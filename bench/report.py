@@ -376,11 +376,11 @@ class Report:
 
     def _workers_ceiling_md(self) -> list[str]:
         """Whether two workers were held back by their coordination or by the machine: a line."""
+        if self.meta.get("worker_cores"):
+            return []  # the cores left do not bound workers held to a budget: the heading says
         ceiling = self.workers_ceiling()
         if ceiling is None:
             return []
-        if self.meta.get("worker_cores"):
-            return []  # the cores left do not bound workers held to a budget: the heading says
         reps = sorted({r.rep for r in self.runs if r.system == TWO_WORKERS})
         per_rep = [self.workers_ceiling(rep) for rep in reps]
         allowed = sum(c is not None and c["vs_one_worker"] >= TARGET_WORKERS for c in per_rep)
